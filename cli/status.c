@@ -1,0 +1,472 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* "ramback status": the plugin's status json, shown three ways. */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "format.h"
+#include "status.h"
+
+struct json_object *
+status_fetch (struct ctl *c, GError **err)
+{
+  GPtrArray *lines = NULL;
+  struct json_object *st;
+  const char *msg = NULL;
+
+  if (!ctl_request (c, "status json", &lines, err))
+    return NULL;
+  if (lines->len != 1) {
+    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
+                 "%s: reply to 'status json' not understood: %u data "
+                 "lines, expected 1", ctl_path (c), lines->len);
+    g_ptr_array_unref (lines);
+    return NULL;
+  }
+  st = json_parse_object (g_ptr_array_index (lines, 0), &msg);
+  if (st == NULL)
+    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
+                 "%s: reply to 'status json' not understood: %s",
+                 ctl_path (c), msg);
+  else if (json_get_string (st, "mode") == NULL) {
+    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
+                 "%s: reply to 'status json' not understood: no \"mode\"",
+                 ctl_path (c));
+    json_object_free (st);
+    st = NULL;
+  }
+  g_ptr_array_unref (lines);
+  return st;
+}
+
+uint64_t
+status_u64 (const struct json_object *st, const char *name)
+{
+  uint64_t v;
+
+  return json_get_u64 (st, name, &v) ? v : 0;
+}
+
+double
+status_double (const struct json_object *st, const char *name)
+{
+  double v;
+
+  return json_get_double (st, name, &v) ? v : 0;
+}
+
+bool
+status_bool (const struct json_object *st, const char *name)
+{
+  bool v;
+
+  return json_get_bool (st, name, &v) ? v : false;
+}
+
+const char *
+status_str (const struct json_object *st, const char *name)
+{
+  const char *s = json_get_string (st, name);
+
+  return s ? s : "";
+}
+
+uint64_t
+status_pending_bytes (const struct json_object *st)
+{
+  return status_u64 (st, "dirty_bytes") + status_u64 (st, "inflight_bytes");
+}
+
+double
+status_drain_seconds (const struct json_object *st)
+{
+  uint64_t pending = status_pending_bytes (st);
+  uint64_t bw = status_u64 (st, "flush_bandwidth");
+  double d;
+
+  if (json_get_double (st, "drain_seconds", &d))
+    return d < 0 ? -1 : d;
+  if (pending == 0)
+    return 0;
+  if (bw == 0)
+    return -1;
+  return (double) pending / bw;
+}
+
+/* Populate: the fraction in RAM, from "progress" or the chunk counts. */
+static double
+populate_fraction (const struct json_object *st)
+{
+  double p;
+  uint64_t chunks = status_u64 (st, "chunks");
+
+  if (status_bool (st, "populated"))
+    return 1;
+  if (json_get_double (st, "progress", &p))
+    return p;
+  return chunks ? (double) status_u64 (st, "loaded_chunks") / chunks : 0;
+}
+
+static double
+populate_seconds_left (const struct json_object *st)
+{
+  uint64_t chunks = status_u64 (st, "chunks");
+  uint64_t loaded = status_u64 (st, "loaded_chunks");
+  uint64_t bw = status_u64 (st, "populate_bandwidth");
+
+  if (status_bool (st, "populated") || loaded >= chunks)
+    return 0;
+  if (bw == 0)
+    return -1;
+  return (double) (chunks - loaded) * status_u64 (st, "chunk_size") / bw;
+}
+
+/* "name:" padded to the value column; "" gives an empty key. */
+static void
+append_key (GString *out, const char *name)
+{
+  g_string_append_printf (out, "%s%c%*s", name, *name ? ':' : ' ',
+                          (int) (15 - strlen (name)), "");
+}
+#define KEY(name) append_key (out, (name))
+
+static void
+populate_detail (GString *out, const struct json_object *st)
+{
+  uint64_t chunks = status_u64 (st, "chunks");
+  uint64_t rate = status_u64 (st, "populate_rate");
+
+  if (status_bool (st, "populated")) {
+    g_string_append_printf (out, "done (%" PRIu64 " chunks in RAM)", chunks);
+    return;
+  }
+  g_string_append_printf (out, "%.1f%%, %" PRIu64 " of %" PRIu64 " chunks",
+                          100 * populate_fraction (st),
+                          status_u64 (st, "loaded_chunks"), chunks);
+  g_string_append (out, ", ");
+  format_size (out, status_u64 (st, "loaded_bytes"));
+  g_string_append (out, " read at ");
+  format_rate (out, status_u64 (st, "populate_bandwidth"));
+  if (rate) {
+    g_string_append (out, " (cap ");
+    format_rate (out, rate);
+    g_string_append_c (out, ')');
+  }
+  g_string_append (out, ", ");
+  format_duration (out, populate_seconds_left (st));
+  g_string_append (out, " left");
+}
+
+static void
+bar_line (GString *out, const char *key, double fraction,
+          const struct status_view *view)
+{
+  KEY (key);
+  /* Leave room for the key and " 100.0%" on a line of view->width. */
+  format_bar (out, fraction, MAX (10, MIN (50, view->width - 28)));
+  g_string_append_printf (out, " %5.1f%%\n",
+                          100 * fmin (fmax (fraction, 0), 1));
+}
+
+void
+status_format_human (GString *out, const struct json_object *st,
+                     const char *socket, const struct status_view *view)
+{
+  uint64_t limit = status_u64 (st, "dirty_max");
+  uint64_t limit_cfg = status_u64 (st, "dirty_max_config");
+  uint64_t window = status_u64 (st, "ups_window");
+  uint64_t bw = status_u64 (st, "flush_bandwidth");
+  uint64_t cap = status_u64 (st, "flush_rate");
+  uint64_t pending = status_pending_bytes (st);
+  double drain = status_drain_seconds (st);
+  const char *last = status_str (st, "last_errno");
+  int conns = status_u64 (st, "store_connections");
+
+  KEY ("socket"); g_string_append_printf (out, "%s\n", socket);
+  KEY ("mode"); g_string_append_printf (out, "%s\n", status_str (st, "mode"));
+  KEY ("fsync"); g_string_append_printf (out, "%s\n", status_str (st, "fsync"));
+  KEY ("trace");
+  g_string_append_printf (out, "%s\n", status_bool (st, "trace") ? "on" : "off");
+  KEY ("store");
+  g_string_append_printf (out, "%s, %s, %d connection%s\n",
+                          status_str (st, "store"),
+                          status_str (st, "store_state"),
+                          conns, conns == 1 ? "" : "s");
+  KEY ("size");
+  format_size (out, status_u64 (st, "size"));
+  g_string_append_printf (out, " (%" PRIu64 " chunks of ",
+                          status_u64 (st, "chunks"));
+  format_size (out, status_u64 (st, "chunk_size"));
+  g_string_append (out, ")\n");
+
+  KEY ("populate"); populate_detail (out, st); g_string_append_c (out, '\n');
+  if (view && view->bars)
+    bar_line (out, "", populate_fraction (st), view);
+
+  KEY ("dirty");
+  format_size (out, status_u64 (st, "dirty_bytes"));
+  g_string_append_printf (out, " (%" PRIu64 " chunks)\n",
+                          status_u64 (st, "dirty_chunks"));
+  KEY ("in flight");
+  format_size (out, status_u64 (st, "inflight_bytes"));
+  g_string_append_printf (out, " (%" PRIu64 " chunks)\n",
+                          status_u64 (st, "inflight_chunks"));
+  KEY ("unsynced");
+  format_size (out, status_u64 (st, "unsynced_bytes"));
+  g_string_append_c (out, '\n');
+
+  KEY ("dirty limit");
+  if (limit == 0)
+    g_string_append (out, "none");
+  else
+    format_size (out, limit);
+  if (limit_cfg || window) {
+    g_string_append (out, " (");
+    if (limit_cfg) {
+      g_string_append (out, "dirty-max ");
+      format_size (out, limit_cfg);
+    }
+    if (window)
+      g_string_append_printf (out, "%sups-window %" PRIu64 " s",
+                              limit_cfg ? ", " : "", window);
+    g_string_append_c (out, ')');
+  }
+  g_string_append_c (out, '\n');
+
+  KEY ("flush rate");
+  if (bw) {
+    format_rate (out, bw);
+    g_string_append (out, " measured");
+  }
+  else
+    g_string_append (out, "not measured yet");
+  if (cap) {
+    g_string_append (out, " (cap ");
+    format_rate (out, cap);
+    g_string_append_c (out, ')');
+  }
+  g_string_append_c (out, '\n');
+
+  KEY ("time to drain");
+  if (pending == 0)
+    g_string_append (out, "0 s (nothing dirty)");
+  else if (drain < 0)
+    g_string_append (out, "unknown (flush rate not measured yet)");
+  else
+    format_duration (out, drain);
+  g_string_append_c (out, '\n');
+  if (view && view->bars) {
+    /* 0 % is the most that was pending while watching. */
+    uint64_t peak = MAX (view->peak_pending, pending);
+    bar_line (out, "", peak ? 1 - (double) pending / peak : 1, view);
+  }
+
+  KEY ("written back");
+  format_size (out, status_u64 (st, "stored_bytes"));
+  g_string_append_printf (out, ", %" PRIu64 " syncs\n",
+                          status_u64 (st, "syncs"));
+  KEY ("throttled");
+  g_string_append_printf (out, "%" PRIu64 " writes\n",
+                          status_u64 (st, "throttled"));
+  KEY ("errors");
+  g_string_append_printf (out, "%" PRIu64 " store, %" PRIu64 " sync\n",
+                          status_u64 (st, "store_errors"),
+                          status_u64 (st, "sync_errors"));
+  if (*last) {
+    KEY ("last error");
+    g_string_append_printf (out, "%s: %s\n", last,
+                            status_str (st, "last_error"));
+  }
+  KEY ("uptime");
+  format_duration (out, status_double (st, "uptime"));
+  g_string_append_c (out, '\n');
+}
+
+void
+status_format_line (GString *out, const struct json_object *st)
+{
+  char stamp[32];
+  time_t t = time (NULL);
+  struct tm tm;
+
+  strftime (stamp, sizeof stamp, "%H:%M:%S", localtime_r (&t, &tm));
+  g_string_append_printf (out, "%s %s populate %.1f%% dirty ",
+                          stamp, status_str (st, "mode"),
+                          100 * populate_fraction (st));
+  format_size (out, status_u64 (st, "dirty_bytes"));
+  g_string_append (out, " in-flight ");
+  format_size (out, status_u64 (st, "inflight_bytes"));
+  g_string_append (out, " flush ");
+  format_rate (out, status_u64 (st, "flush_bandwidth"));
+  g_string_append (out, " drain ");
+  if (status_pending_bytes (st) == 0)
+    g_string_append (out, "0 s");
+  else
+    format_duration (out, status_drain_seconds (st));
+  g_string_append_printf (out, " errors %" PRIu64 "\n",
+                          status_u64 (st, "store_errors") +
+                          status_u64 (st, "sync_errors"));
+}
+
+/* Prometheus. */
+
+static const struct metric {
+  const char *field;          /* status json name */
+  const char *name;           /* metric name */
+  const char *type;
+  const char *help;
+} metrics[] = {
+  { "populated", "ramback_populated", "gauge",
+    "1 once the whole image is in RAM." },
+  { "progress", "ramback_populate_progress_ratio", "gauge",
+    "Fraction of the image loaded into RAM (0 to 1)." },
+  { "size", "ramback_size_bytes", "gauge", "Size of the device." },
+  { "chunk_size", "ramback_chunk_size_bytes", "gauge",
+    "Size of a chunk, the unit of populate and write back." },
+  { "chunks", "ramback_chunks", "gauge", "Chunks in the image." },
+  { "loaded_chunks", "ramback_loaded_chunks", "gauge",
+    "Chunks present in RAM." },
+  { "loaded_bytes", "ramback_loaded_bytes_total", "counter",
+    "Bytes read from the backing store." },
+  { "stored_bytes", "ramback_stored_bytes_total", "counter",
+    "Bytes written back to the backing store." },
+  { "dirty_chunks", "ramback_dirty_chunks", "gauge",
+    "Chunks waiting to be written back." },
+  { "dirty_bytes", "ramback_dirty_bytes", "gauge",
+    "Bytes waiting to be written back." },
+  { "inflight_chunks", "ramback_inflight_chunks", "gauge",
+    "Chunks being written back now." },
+  { "inflight_bytes", "ramback_inflight_bytes", "gauge",
+    "Bytes being written back now." },
+  { "unsynced_bytes", "ramback_unsynced_bytes", "gauge",
+    "Bytes written to the backing store and not yet synced." },
+  { "dirty_max", "ramback_dirty_limit_bytes", "gauge",
+    "Dirty limit in force, from dirty-max= and ups-window= (0: none)." },
+  { "dirty_max_config", "ramback_dirty_max_bytes", "gauge",
+    "dirty-max= as configured (0: none)." },
+  { "ups_window", "ramback_ups_window_seconds", "gauge",
+    "ups-window= as configured (0: off)." },
+  { "flush_bandwidth", "ramback_flush_bandwidth_bytes_per_second", "gauge",
+    "Measured write-back bandwidth (moving average)." },
+  { "populate_bandwidth", "ramback_populate_bandwidth_bytes_per_second",
+    "gauge", "Measured populate bandwidth (moving average)." },
+  { "flush_rate", "ramback_flush_rate_limit_bytes_per_second", "gauge",
+    "flush-rate= cap (0: none)." },
+  { "populate_rate", "ramback_populate_rate_limit_bytes_per_second", "gauge",
+    "populate-rate= cap (0: none)." },
+  { "store_connections", "ramback_store_connections", "gauge",
+    "Connections to the backing store." },
+  { "store_errors", "ramback_store_errors_total", "counter",
+    "Failed backing store requests." },
+  { "sync_errors", "ramback_sync_errors_total", "counter",
+    "Failed syncs of the backing store." },
+  { "syncs", "ramback_syncs_total", "counter",
+    "Successful syncs of the backing store." },
+  { "throttled", "ramback_throttled_writes_total", "counter",
+    "Writes that waited because of the dirty limit." },
+  { "trace", "ramback_trace", "gauge", "1 if request tracing is on." },
+  { "uptime", "ramback_uptime_seconds", "gauge",
+    "Seconds since the plugin's threads started." },
+};
+
+/* Label values escape \, " and newline (exposition format). */
+static void
+append_label_value (GString *out, const char *s)
+{
+  g_string_append_c (out, '"');
+  for (; *s; s++) {
+    if (*s == '\\' || *s == '"')
+      g_string_append_c (out, '\\');
+    if (*s == '\n')
+      g_string_append (out, "\\n");
+    else
+      g_string_append_c (out, *s);
+  }
+  g_string_append_c (out, '"');
+}
+
+static void
+header (GString *out, const char *name, const char *type, const char *help)
+{
+  g_string_append_printf (out, "# HELP %s %s\n# TYPE %s %s\n",
+                          name, help, name, type);
+}
+
+static void
+sample (GString *out, const char *name, const char *socket,
+        const char *extra_label, const char *extra_value, const char *value)
+{
+  g_string_append_printf (out, "%s{socket=", name);
+  append_label_value (out, socket);
+  if (extra_label) {
+    g_string_append_printf (out, ",%s=", extra_label);
+    append_label_value (out, extra_value);
+  }
+  g_string_append_printf (out, "} %s\n", value);
+}
+
+void
+status_format_prometheus (GString *out, const struct json_object *st,
+                          const char *socket)
+{
+  static const char *states[] = { "ok", "failing", "offline" };
+  char num[G_ASCII_DTOSTR_BUF_SIZE];
+  const char *state;
+  bool known = false;
+  size_t i;
+
+  header (out, "ramback_up", "gauge",
+          "1 if the control socket answered, 0 if it did not.");
+  sample (out, "ramback_up", socket, NULL, NULL, st ? "1" : "0");
+  if (st == NULL)
+    return;
+
+  header (out, "ramback_info", "gauge",
+          "Always 1; the labels give the configuration.");
+  g_string_append (out, "ramback_info{socket=");
+  append_label_value (out, socket);
+  g_string_append (out, ",mode=");
+  append_label_value (out, status_str (st, "mode"));
+  g_string_append (out, ",fsync=");
+  append_label_value (out, status_str (st, "fsync"));
+  g_string_append (out, ",store=");
+  append_label_value (out, status_str (st, "store"));
+  g_string_append (out, "} 1\n");
+
+  header (out, "ramback_writethrough", "gauge",
+          "1 in writethrough mode, 0 in writeback mode.");
+  sample (out, "ramback_writethrough", socket, NULL, NULL,
+          strcmp (status_str (st, "mode"), "writethrough") == 0 ? "1" : "0");
+
+  state = status_str (st, "store_state");
+  header (out, "ramback_store_state", "gauge",
+          "1 for the state the backing store is in.");
+  for (i = 0; i < G_N_ELEMENTS (states); i++) {
+    known |= strcmp (state, states[i]) == 0;
+    sample (out, "ramback_store_state", socket, "state", states[i],
+            strcmp (state, states[i]) == 0 ? "1" : "0");
+  }
+  if (!known && *state)
+    sample (out, "ramback_store_state", socket, "state", state, "1");
+
+  for (i = 0; i < G_N_ELEMENTS (metrics); i++) {
+    const struct json_field *f = json_get (st, metrics[i].field);
+
+    if (f == NULL || (f->type != JSON_NUMBER && f->type != JSON_BOOL))
+      continue;
+    header (out, metrics[i].name, metrics[i].type, metrics[i].help);
+    sample (out, metrics[i].name, socket, NULL, NULL,
+            f->type == JSON_BOOL ? (f->b ? "1" : "0") : f->text);
+  }
+
+  header (out, "ramback_drain_seconds", "gauge",
+          "Seconds to write back the dirty data at the measured bandwidth "
+          "(-1: not measured yet).");
+  g_ascii_formatd (num, sizeof num, "%.3f", status_drain_seconds (st));
+  sample (out, "ramback_drain_seconds", socket, NULL, NULL, num);
+}
