@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the chunk state map (chunkmap.h). */
+
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "chunkmap.h"
+
+#define PER_WORD 32
+#define LOW_BITS UINT64_C (0x5555555555555555)
+#define RB_MIN_U(a, b) ((a) < (b) ? (a) : (b))
+
+/* The state s repeated in all 32 fields. */
+static inline uint64_t
+pattern (unsigned s)
+{
+  return LOW_BITS * s;
+}
+
+/* Low bit of each field set where the field equals s. */
+static inline uint64_t
+fields_equal (uint64_t word, unsigned s)
+{
+  uint64_t x = word ^ pattern (s);
+  return ~(x | (x >> 1)) & LOW_BITS;
+}
+
+/* Low bit of each field set where the field is in the set 'mask'. */
+static inline uint64_t
+fields_in (uint64_t word, unsigned mask)
+{
+  uint64_t m = 0;
+  unsigned s;
+
+  for (s = 0; s < 4; s++)
+    if (mask & CS_BIT (s))
+      m |= fields_equal (word, s);
+  return m;
+}
+
+/* Low bits of the fields [lo, hi) of a word. */
+static inline uint64_t
+field_range (unsigned lo, unsigned hi)
+{
+  uint64_t m = hi >= PER_WORD ? ~UINT64_C (0) : (UINT64_C (1) << (2 * hi)) - 1;
+  m &= ~UINT64_C (0) << (2 * lo);
+  return m & LOW_BITS;
+}
+
+int
+chunkmap_init (struct chunkmap *cm, uint64_t nchunks)
+{
+  memset (cm, 0, sizeof *cm);
+  cm->nchunks = nchunks;
+  cm->nwords = (nchunks + PER_WORD - 1) / PER_WORD;
+  cm->words = calloc (cm->nwords ? cm->nwords : 1, sizeof (uint64_t));
+  if (cm->words == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  /* Fields past the last chunk are parked in CLEAN, so no search ever
+   * finds them as EMPTY or dirty.
+   */
+  if (nchunks % PER_WORD)
+    cm->words[cm->nwords - 1] =
+      pattern (CS_CLEAN) & ~field_range (0, nchunks % PER_WORD) & LOW_BITS;
+  if (sumbits_init (&cm->dirty_hint, cm->nwords, false) == -1 ||
+      sumbits_init (&cm->empty_hint, cm->nwords, true) == -1) {
+    chunkmap_free (cm);
+    errno = ENOMEM;
+    return -1;
+  }
+  return 0;
+}
+
+void
+chunkmap_free (struct chunkmap *cm)
+{
+  free (cm->words);
+  sumbits_free (&cm->dirty_hint);
+  sumbits_free (&cm->empty_hint);
+  memset (cm, 0, sizeof *cm);
+}
+
+enum chunk_state
+chunkmap_get (const struct chunkmap *cm, uint64_t c)
+{
+  uint64_t w = rb_atomic_load (&cm->words[c / PER_WORD]);
+  return (w >> (2 * (c % PER_WORD))) & 3;
+}
+
+const char *
+chunk_state_name (enum chunk_state s)
+{
+  switch (s) {
+  case CS_EMPTY: return "empty";
+  case CS_CLEAN: return "clean";
+  case CS_DIRTY: return "dirty";
+  case CS_ZERO:  return "zero";
+  default: abort ();
+  }
+}
+
+static inline bool
+is_dirty_state (unsigned s)
+{
+  return (CS_ANY_DIRTY & CS_BIT (s)) != 0;
+}
+
+uint64_t
+chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
+               unsigned from, enum chunk_state to, uint64_t moved[4])
+{
+  uint64_t end = first + n, c = first, total = 0;
+  uint64_t counts[4] = { 0, 0, 0, 0 };
+  int64_t ddirty = 0, dloaded = 0;
+  unsigned s;
+
+  assert (end <= cm->nchunks);
+  assert (to != CS_EMPTY);          /* nothing returns to EMPTY */
+  from &= ~CS_BIT (to);             /* to -> to is not a move */
+
+  while (c < end) {
+    uint64_t w = c / PER_WORD;
+    unsigned lo = c % PER_WORD;
+    unsigned hi = RB_MIN_U (end - w * PER_WORD, PER_WORD);
+    uint64_t range = field_range (lo, hi);
+    uint64_t old = rb_atomic_load (&cm->words[w]), new, m;
+    uint64_t wc[4];
+
+    do {
+      m = fields_in (old, from) & range;
+      if (m == 0)
+        break;
+      new = (old & ~(m * 3)) | (pattern (to) & (m * 3));
+    } while (!rb_atomic_cas (&cm->words[w], &old, new));
+
+    if (m != 0) {
+      for (s = 0; s < 4; s++) {
+        wc[s] = __builtin_popcountll (fields_equal (old, s) & m);
+        counts[s] += wc[s];
+      }
+      if (is_dirty_state (to))
+        sumbits_set (&cm->dirty_hint, w);
+    }
+    c = (w + 1) * PER_WORD;
+  }
+
+  for (s = 0; s < 4; s++) {
+    total += counts[s];
+    if (is_dirty_state (to) && !is_dirty_state (s))
+      ddirty += counts[s];
+    if (!is_dirty_state (to) && is_dirty_state (s))
+      ddirty -= counts[s];
+  }
+  dloaded = counts[CS_EMPTY];
+  if (ddirty)
+    rb_atomic_add (&cm->dirty, (uint64_t) ddirty);
+  if (dloaded)
+    rb_atomic_add (&cm->loaded, (uint64_t) dloaded);
+  if (moved)
+    memcpy (moved, counts, sizeof counts);
+  return total;
+}
+
+struct still_arg {
+  struct chunkmap *cm;
+  unsigned mask;
+};
+
+static bool
+word_still_has (void *argv, uint64_t w)
+{
+  struct still_arg *a = argv;
+  return fields_in (rb_atomic_load (&a->cm->words[w]), a->mask) != 0;
+}
+
+uint64_t
+chunkmap_next (struct chunkmap *cm, uint64_t from, unsigned mask)
+{
+  struct sumbits *hint =
+    mask == CS_BIT (CS_EMPTY) ? &cm->empty_hint : &cm->dirty_hint;
+  struct still_arg arg = { cm, mask };
+  uint64_t w = from / PER_WORD;
+
+  assert (mask == CS_BIT (CS_EMPTY) || mask == CS_ANY_DIRTY);
+  if (from >= cm->nchunks)
+    return UINT64_MAX;
+
+  while ((w = sumbits_next (hint, w)) != UINT64_MAX) {
+    uint64_t word = rb_atomic_load (&cm->words[w]);
+    uint64_t m = fields_in (word, mask);
+    bool partial = w == from / PER_WORD && from % PER_WORD;
+
+    if (partial)
+      m &= field_range (from % PER_WORD, PER_WORD);
+    if (m)
+      return w * PER_WORD + __builtin_ctzll (m) / 2;
+    /* The whole word has none: drop its hint (re-checked inside). */
+    if (!partial)
+      sumbits_clear (hint, w, word_still_has, &arg);
+    w++;
+  }
+  return UINT64_MAX;
+}
+
+uint64_t
+chunkmap_run (const struct chunkmap *cm, uint64_t c, uint64_t max,
+              unsigned mask)
+{
+  uint64_t n = 0;
+
+  while (n < max && c + n < cm->nchunks &&
+         (mask & CS_BIT (chunkmap_get (cm, c + n))))
+    n++;
+  return n;
+}
+
+bool
+chunkmap_all (const struct chunkmap *cm, uint64_t first, uint64_t n,
+              unsigned mask)
+{
+  uint64_t end = first + n, c = first;
+
+  while (c < end) {
+    uint64_t w = c / PER_WORD;
+    unsigned lo = c % PER_WORD;
+    unsigned hi = RB_MIN_U (end - w * PER_WORD, PER_WORD);
+    uint64_t range = field_range (lo, hi);
+
+    if ((fields_in (rb_atomic_load (&cm->words[w]), mask) & range) != range)
+      return false;
+    c = (w + 1) * PER_WORD;
+  }
+  return true;
+}

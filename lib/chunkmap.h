@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the chunk state map.
+ *
+ * Owns the state of every chunk of the RAM image, 2 bits each, 32 per
+ * 64-bit word, changed only with compare-and-swap: there is no lock per
+ * chunk and no lock at all on this map.  It also owns the hints that let
+ * the flusher find dirty chunks and the populator find empty ones in
+ * O(found) (sumbits.h), and the dirty and loaded counters.
+ *
+ *   EMPTY  00  not loaded from the backing store yet
+ *   CLEAN  01  RAM == backing store (once written and synced)
+ *   DIRTY  10  RAM is newer than the backing store
+ *   ZERO   11  dirty, and RAM is known to be all zero: written back
+ *              with a cheap zero/punch-hole request instead of data
+ *
+ * Transitions (who makes them):
+ *   EMPTY -> CLEAN        populate or demand load, holding the range
+ *   EMPTY -> DIRTY/ZERO   a write or zero covering the whole chunk,
+ *                         holding the range (so no load can land on it)
+ *   CLEAN -> DIRTY/ZERO   application write/zero/trim (after RAM changed)
+ *   DIRTY <-> ZERO        application write/zero/trim
+ *   DIRTY/ZERO -> CLEAN   the flusher, *before* it captures the data, so
+ *                         a write that races with the store re-dirties
+ *                         the chunk and it is stored again
+ *   CLEAN -> DIRTY        a failed store or sync puts it back
+ * Nothing ever returns to EMPTY: once a chunk is loaded it stays loaded,
+ * which is what lets the I/O fast path skip all locking.
+ */
+
+#ifndef RAMBACK_CHUNKMAP_H
+#define RAMBACK_CHUNKMAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sumbits.h"
+
+enum chunk_state {
+  CS_EMPTY = 0,
+  CS_CLEAN = 1,
+  CS_DIRTY = 2,
+  CS_ZERO = 3,
+};
+
+#define CS_BIT(s) (1u << (s))
+#define CS_ANY_DIRTY (CS_BIT (CS_DIRTY) | CS_BIT (CS_ZERO))
+#define CS_LOADED (CS_BIT (CS_CLEAN) | CS_ANY_DIRTY)
+
+struct chunkmap {
+  uint64_t nchunks;
+  uint64_t nwords;
+  uint64_t *words;
+  struct sumbits dirty_hint;     /* words that may hold DIRTY/ZERO */
+  struct sumbits empty_hint;     /* words that may hold EMPTY */
+  uint64_t dirty;                /* DIRTY + ZERO chunks (atomic) */
+  uint64_t loaded;               /* chunks not EMPTY (atomic) */
+};
+
+extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
+extern void chunkmap_free (struct chunkmap *cm);
+
+extern enum chunk_state chunkmap_get (const struct chunkmap *cm, uint64_t c);
+extern const char *chunk_state_name (enum chunk_state s);
+
+/* Move every chunk of [first, first+n) whose state is in the set 'from'
+ * (CS_BIT()s) to 'to'.  Returns how many moved; if 'moved' is not NULL,
+ * moved[s] counts those that were in state s.  Keeps the counters and
+ * hints right.
+ */
+extern uint64_t chunkmap_move (struct chunkmap *cm, uint64_t first,
+                               uint64_t n, unsigned from,
+                               enum chunk_state to, uint64_t moved[4]);
+
+/* First chunk >= from whose state is in 'mask', or UINT64_MAX.  'mask'
+ * must be CS_ANY_DIRTY or CS_BIT (CS_EMPTY) (the two hinted sets).
+ */
+extern uint64_t chunkmap_next (struct chunkmap *cm, uint64_t from,
+                               unsigned mask);
+
+/* Length of the run of chunks starting at c whose state is in 'mask'
+ * (any set), at most max.
+ */
+extern uint64_t chunkmap_run (const struct chunkmap *cm, uint64_t c,
+                              uint64_t max, unsigned mask);
+
+/* True if every chunk of [first, first+n) is in 'mask'. */
+extern bool chunkmap_all (const struct chunkmap *cm, uint64_t first,
+                          uint64_t n, unsigned mask);
+
+static inline uint64_t
+chunkmap_dirty (const struct chunkmap *cm)
+{
+  return __atomic_load_n (&cm->dirty, __ATOMIC_SEQ_CST);
+}
+
+static inline uint64_t
+chunkmap_loaded (const struct chunkmap *cm)
+{
+  return __atomic_load_n (&cm->loaded, __ATOMIC_SEQ_CST);
+}
+
+#endif /* RAMBACK_CHUNKMAP_H */

@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: opening, starting and closing a RAM image; mode; errors.
+ *
+ * rb_open() does everything that can fail on bad input (so nbdkit can
+ * refuse to start with a clear message) and starts no threads.
+ * rb_start() starts them after nbdkit has forked.  rb_close() is the
+ * clean stop: populate stops, every dirty chunk is written back, the
+ * store is synced, then everything is freed.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "error.h"
+#include "internal.h"
+
+static int
+check_config (const struct rb_config *c)
+{
+  uint32_t cs = c->chunk_size ? c->chunk_size : RB_DEFAULT_CHUNK_SIZE;
+
+  if (!rb_is_power_of_2 (cs) || cs < RB_MIN_CHUNK_SIZE ||
+      cs > RB_MAX_CHUNK_SIZE) {
+    rb_set_error (EINVAL, "chunk=%" PRIu32 ": the chunk size must be a "
+                  "power of two from %d to %d bytes", cs,
+                  RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
+    return -1;
+  }
+  if (c->mode != RB_MODE_WRITEBACK && c->mode != RB_MODE_WRITETHROUGH) {
+    rb_set_error (EINVAL, "mode: must be writeback or writethrough");
+    return -1;
+  }
+  return 0;
+}
+
+static int
+copy_config (struct rb *rb, const struct rb_config *c)
+{
+  rb->cfg = *c;
+  rb->cfg.store.uri = NULL;
+  rb->cfg.ram = NULL;
+  if ((c->store.uri && (rb->cfg.store.uri = strdup (c->store.uri)) == NULL) ||
+      (c->ram && (rb->cfg.ram = strdup (c->ram)) == NULL)) {
+    rb_set_error (errno, "strdup");
+    return -1;
+  }
+  if (rb->cfg.chunk_size == 0)
+    rb->cfg.chunk_size = RB_DEFAULT_CHUNK_SIZE;
+  return 0;
+}
+
+static void
+init_sync (struct rb *rb)
+{
+  rb_mutex_init (&rb->lock);
+  rb_cond_init (&rb->flusher_cond);
+  rb_cond_init (&rb->populator_cond);
+  rb_cond_init (&rb->space_cond);
+  rb_cond_init (&rb->sync_cond);
+  rb_cond_init (&rb->populated_cond);
+  rangelock_init (&rb->rl);
+}
+
+struct rb *
+rb_open (const struct rb_config *config)
+{
+  struct rb *rb;
+  struct rb_store_params sp;
+
+  if (check_config (config) == -1)
+    return NULL;
+  rb = calloc (1, sizeof *rb);
+  if (rb == NULL) {
+    rb_set_error (errno, "calloc");
+    return NULL;
+  }
+  rb->ram.fd = -1;
+  init_sync (rb);
+  if (copy_config (rb, config) == -1)
+    goto fail;
+
+  sp = rb->cfg.store;
+  sp.create_size = rb->cfg.size;
+  rb->store = rb_store_open (&sp);
+  if (rb->store == NULL)
+    goto fail;
+  if (rb->store->read_only && !rb->cfg.store.read_only) {
+    rb_set_error (EROFS, "back=%s is read-only", rb->cfg.store.uri);
+    goto fail;
+  }
+
+  rb->size = rb->store->size;
+  rb->chunk_size = rb->cfg.chunk_size;
+  rb->chunk_shift = __builtin_ctz (rb->chunk_size);
+  rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
+
+  if (ramimage_open (&rb->ram, rb->size, rb->cfg.ram,
+                     rb->cfg.allow_overcommit) == -1)
+    goto fail;
+  if (chunkmap_init (&rb->map, rb->nchunks) == -1) {
+    rb_set_error (errno, "cannot allocate the chunk map for %" PRIu64
+                  " chunks (use a larger chunk=)", rb->nchunks);
+    goto fail;
+  }
+
+  rb->mode = rb->cfg.mode;
+  rb->flush_rate.bps = rb->cfg.flush_rate;
+  rb->populate_rate.bps = rb->cfg.populate_rate;
+  rb_recompute_limit (rb);
+  return rb;
+
+ fail:
+  {
+    int e = errno;
+    rb_close (rb);
+    errno = e;
+  }
+  return NULL;
+}
+
+int
+rb_start (struct rb *rb)
+{
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (rb->started) {
+      rb_set_error (EBUSY, "rb_start: already started");
+      return -1;
+    }
+    rb->started = true;
+    rb->start_ns = rb_now_ns ();
+  }
+  if (rb_flusher_start (rb) == -1)
+    return -1;
+  if (rb->cfg.populate && rb_populator_start (rb) == -1)
+    return -1;
+  return 0;
+}
+
+int
+rb_shutdown (struct rb *rb)
+{
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (rb->shut_down)
+      return rb->shutdown_result;
+    rb_atomic_store (&rb->stopping, true);
+    rb_cond_broadcast (&rb->populator_cond);
+    rb_cond_broadcast (&rb->space_cond);
+    rb_cond_broadcast (&rb->populated_cond);
+  }
+  rb_populator_stop (rb);
+  {
+    int r = rb->store ? rb_flusher_stop (rb) : 0;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->shut_down = true;
+    rb->shutdown_result = r;
+    return r;
+  }
+}
+
+int
+rb_close (struct rb *rb)
+{
+  int r;
+
+  if (rb == NULL)
+    return 0;
+  r = rb_shutdown (rb);
+
+  if (rb->map.words)
+    chunkmap_free (&rb->map);
+  ramimage_close (&rb->ram);
+  rb_store_close (rb->store);
+  rangelock_destroy (&rb->rl);
+  rb_cond_destroy (&rb->populated_cond);
+  rb_cond_destroy (&rb->sync_cond);
+  rb_cond_destroy (&rb->space_cond);
+  rb_cond_destroy (&rb->populator_cond);
+  rb_cond_destroy (&rb->flusher_cond);
+  rb_mutex_destroy (&rb->lock);
+  free (rb->unsynced.v);
+  free ((char *) rb->cfg.store.uri);
+  free ((char *) rb->cfg.ram);
+  free (rb);
+  return r;
+}
+
+uint64_t
+rb_get_size (struct rb *rb)
+{
+  return rb->size;
+}
+
+uint32_t
+rb_get_chunk_size (struct rb *rb)
+{
+  return rb->chunk_size;
+}
+
+int
+rb_set_mode (struct rb *rb, enum rb_mode mode)
+{
+  if (mode != RB_MODE_WRITEBACK && mode != RB_MODE_WRITETHROUGH) {
+    rb_set_error (EINVAL, "rb_set_mode: unknown mode %d", (int) mode);
+    return -1;
+  }
+  if (rb_atomic_load (&rb->mode) == (int) mode)
+    return 0;
+  rb_atomic_store (&rb->mode, (int) mode);
+  rb_log ("mode: %s", mode == RB_MODE_WRITEBACK ? "writeback" : "writethrough");
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    /* Populate pauses in writethrough mode and resumes after it. */
+    rb_cond_broadcast (&rb->populator_cond);
+  }
+  rb_flusher_kick (rb);
+  return 0;
+}
+
+enum rb_mode
+rb_get_mode (struct rb *rb)
+{
+  return rb_atomic_load (&rb->mode);
+}
+
+void
+rb_set_trace (struct rb *rb, bool on)
+{
+  rb_atomic_store (&rb->trace, on);
+  rb_log ("trace: %s", on ? "on" : "off");
+}
+
+void
+rb_record_error (struct rb *rb, int err, const char *what)
+{
+  rb_atomic_add (&rb->store_errors, 1);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->last_errno = err;
+    snprintf (rb->last_error, sizeof rb->last_error, "%s",
+              what ? what : strerror (err));
+  }
+  rb_warn ("backing store error: %s", what ? what : strerror (err));
+}
+
+/* The dirty limit in force: dirty-max=, and with ups-window= what the
+ * measured write-back bandwidth can drain in that window, less a 20%
+ * safety margin.  Until a bandwidth has been measured, flush-rate= (if
+ * set) stands in for it, else a conservative 64 MiB.
+ */
+#define UPS_SAFETY 0.8
+#define UPS_BOOTSTRAP (UINT64_C (64) * 1024 * 1024)
+
+void
+rb_recompute_limit (struct rb *rb)
+{
+  uint64_t limit = rb->cfg.dirty_max;
+
+  if (rb->cfg.ups_window > 0) {
+    uint64_t bw = rb_atomic_load (&rb->flush_bw.bps), ups;
+
+    if (rb->cfg.flush_rate && (bw == 0 || bw > rb->cfg.flush_rate))
+      bw = rb->cfg.flush_rate;
+    ups = bw ? (uint64_t) (bw * (double) rb->cfg.ups_window * UPS_SAFETY)
+      : UPS_BOOTSTRAP;
+    /* Never below a few chunks, or writers could not make progress. */
+    if (ups < 4 * (uint64_t) rb->chunk_size)
+      ups = 4 * (uint64_t) rb->chunk_size;
+    if (limit == 0 || ups < limit)
+      limit = ups;
+  }
+  rb_atomic_store (&rb->dirty_limit, limit);
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: per-thread error messages (error.h). */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ramback.h"
+#include "error.h"
+
+static __thread char last_error[512];
+static __thread int last_errno;
+
+void
+rb_set_error (int errnum, const char *fmt, ...)
+{
+  va_list args;
+  int n;
+
+  va_start (args, fmt);
+  n = vsnprintf (last_error, sizeof last_error, fmt, args);
+  va_end (args);
+  if (errnum != 0 && n >= 0 && (size_t) n < sizeof last_error)
+    snprintf (last_error + n, sizeof last_error - n, ": %s",
+              strerror (errnum));
+  last_errno = errnum;
+  errno = errnum;
+}
+
+const char *
+rb_get_error (void)
+{
+  return last_error[0] ? last_error : NULL;
+}
+
+int
+rb_get_errno (void)
+{
+  return last_errno;
+}
+
+static rb_log_fn log_fn;
+
+void
+rb_set_log (rb_log_fn fn)
+{
+  log_fn = fn;
+}
+
+static void
+emit (enum rb_log_level level, const char *fmt, va_list args)
+{
+  char msg[512];
+  int saved_errno = errno;
+
+  vsnprintf (msg, sizeof msg, fmt, args);
+  if (log_fn)
+    log_fn (level, msg);
+  else
+    fprintf (stderr, "ramback: %s\n", msg);
+  errno = saved_errno;
+}
+
+void
+rb_log (const char *fmt, ...)
+{
+  va_list args;
+
+  va_start (args, fmt);
+  emit (RB_LOG_DEBUG, fmt, args);
+  va_end (args);
+}
+
+void
+rb_warn (const char *fmt, ...)
+{
+  va_list args;
+
+  va_start (args, fmt);
+  emit (RB_LOG_WARN, fmt, args);
+  va_end (args);
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: per-thread error messages, as libnbd does it.
+ *
+ * A failing function calls rb_set_error() and returns -1; the caller
+ * (the nbdkit glue, a test) reads rb_get_error()/rb_get_errno().  The
+ * message lives in thread-local storage, so concurrent failures on
+ * different threads do not clobber each other.
+ */
+
+#ifndef RAMBACK_ERROR_H
+#define RAMBACK_ERROR_H
+
+#include <stdarg.h>
+
+/* Record "<formatted message>: <strerror (errnum)>" (just the message if
+ * errnum == 0) for this thread and set errno = errnum.
+ */
+extern void rb_set_error (int errnum, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
+/* Logging: debug messages and per-request trace go through the function
+ * set by rb_set_log() (the plugin points it at nbdkit_debug).
+ */
+extern void rb_log (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+extern void rb_warn (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+
+#endif /* RAMBACK_ERROR_H */

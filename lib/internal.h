@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the private state of one RAM image, shared by core.c, io.c,
+ * populate.c, flush.c and stats.c.
+ *
+ * Lock order and rules:
+ *   - The chunk map (chunkmap.h) is lock-free.
+ *   - rb->rl (rangelock.h) orders I/O on overlapping ranges; it has its
+ *     own internal mutex, never held by callers.
+ *   - rb->lock protects the fields marked [lock]: thread control, the
+ *     sync tickets, the unsynced list, the last-error text.  It is never
+ *     held across backing store I/O, nor while acquiring a range.
+ *   - Fields marked [atomic] are read and written with rb_atomic_*.
+ *   - Fields marked [flusher] / [populator] belong to that thread.
+ *
+ * The I/O fast path (a loaded range in writeback mode) takes no lock at
+ * all: memcpy, then a CAS on the chunk states.  Everything that can race
+ * with it is written to tolerate it (see chunkmap.h for the argument).
+ */
+
+#ifndef RAMBACK_INTERNAL_H
+#define RAMBACK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ramback.h"
+#include "env.h"
+#include "chunkmap.h"
+#include "rangelock.h"
+#include "ramimage.h"
+#include "throttle.h"
+
+/* A range written to the store and not yet covered by a good sync. */
+struct rb_extent {
+  uint64_t offset, count;
+};
+
+struct rb_extents {
+  struct rb_extent *v;
+  size_t len, cap;
+  uint64_t bytes;
+};
+
+struct rb {
+  struct rb_config cfg;         /* strings owned (strdup'd) */
+  struct rb_store *store;
+  struct ramimage ram;
+  struct chunkmap map;
+  struct rangelock rl;
+
+  uint64_t size;
+  uint32_t chunk_size;
+  unsigned chunk_shift;
+  uint64_t nchunks;
+
+  int mode;                     /* [atomic] enum rb_mode */
+  bool trace;                   /* [atomic] */
+  bool populated;               /* [atomic] every chunk loaded */
+  bool flusher_idle;            /* [atomic] flusher waits for a kick */
+  uint64_t dirty_limit;         /* [atomic] bytes, 0: none */
+
+  rb_mutex lock;
+  rb_cond flusher_cond;         /* flusher: work arrived, or stop */
+  rb_cond populator_cond;       /* populator: mode changed, or stop */
+  rb_cond space_cond;           /* writers: dirty fell below the limit */
+  rb_cond sync_cond;            /* rb_sync waiters: a sweep finished */
+  rb_cond populated_cond;       /* rb_wait_populated waiters */
+  bool stopping;                /* [lock] rb_close has begun */
+  bool started;                 /* [lock] */
+  bool shut_down;               /* [lock] rb_shutdown finished */
+  int shutdown_result;          /* [lock] */
+  bool flusher_running, populator_running;
+  rb_thread flusher, populator;
+
+  /* Sync tickets [lock]: rb_sync takes ticket ++sync_requested; every
+   * flusher sweep covers the tickets issued before it began, and ends
+   * with a store sync.  sync_done/sync_failed are the highest tickets
+   * completed or failed.
+   */
+  uint64_t sync_requested, sync_done, sync_failed;
+  int sync_errno;
+  struct rb_extents unsynced;   /* [lock] */
+
+  /* Statistics [atomic]. */
+  uint64_t loaded_bytes, stored_bytes, inflight_chunks;
+  uint64_t store_errors, sync_errors, syncs, throttled;
+  struct rb_bw flush_bw, populate_bw;
+  int last_errno;               /* [lock] */
+  char last_error[256];         /* [lock] */
+  uint64_t start_ns;
+
+  /* Background threads' own state. */
+  struct rb_rate flush_rate;    /* [flusher] */
+  struct rb_rate populate_rate; /* [populator] */
+};
+
+/* Chunk arithmetic. */
+static inline uint64_t
+chunk_of (const struct rb *rb, uint64_t offset)
+{
+  return offset >> rb->chunk_shift;
+}
+
+static inline uint64_t
+chunk_offset (const struct rb *rb, uint64_t c)
+{
+  return c << rb->chunk_shift;
+}
+
+/* Bytes of [c, c+n) that exist (the last chunk may be partial). */
+static inline uint64_t
+chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
+{
+  uint64_t start = chunk_offset (rb, c), end = chunk_offset (rb, c + n);
+  return (end > rb->size ? rb->size : end) - start;
+}
+
+static inline bool
+rb_tracing (struct rb *rb)
+{
+  return rb_atomic_load_relaxed (&rb->trace);
+}
+
+/* core.c */
+extern void rb_record_error (struct rb *rb, int err, const char *what);
+extern void rb_recompute_limit (struct rb *rb);
+
+/* populate.c */
+extern int rb_populator_start (struct rb *rb);
+extern void rb_populator_stop (struct rb *rb);
+/* Load every EMPTY chunk of [first, first+n) from the store.  The caller
+ * holds a range covering them (so no write can land in between).
+ */
+extern int rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
+extern void rb_check_populated (struct rb *rb);
+
+/* flush.c */
+extern int rb_flusher_start (struct rb *rb);
+/* Drain everything and stop the flusher; -1 if data could not be stored. */
+extern int rb_flusher_stop (struct rb *rb);
+extern void rb_flusher_kick (struct rb *rb);
+/* Remember a range written to the store, for the next sync. */
+extern void rb_note_unsynced (struct rb *rb, uint64_t offset, uint64_t count);
+/* Sync the store now; on failure re-dirty what it may have lost. */
+extern int rb_sync_store (struct rb *rb);
+/* Put [offset, offset+count) back to dirty (a store or sync failed). */
+extern void rb_redirty (struct rb *rb, uint64_t offset, uint64_t count);
+
+/* io.c */
+extern void rb_throttle (struct rb *rb);
+
+#endif /* RAMBACK_INTERNAL_H */

@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: application I/O.
+ *
+ * Three paths:
+ *
+ *  - Fast path: every chunk touched is loaded and the mode is writeback.
+ *    No lock: copy to or from RAM, then (writes) move the chunks to
+ *    DIRTY.  The order matters: data first, state second, so the
+ *    flusher, which clears the state before it captures the data, either
+ *    sees the new data or sees the chunk dirty again afterwards.
+ *
+ *  - Slow path: some chunk is still EMPTY (populate has not reached it).
+ *    Take a range over the chunks, load what the request needs ahead of
+ *    the background scan (a read needs all of it, a write only the
+ *    partially covered head and tail chunks), do the request, release.
+ *    Holding the range is what keeps a background load from landing on
+ *    top of the write (the populate race).
+ *
+ *  - Writethrough: take a range (ordered after any store or writethrough
+ *    already in flight on those chunks: the flush race, and arrival
+ *    order for overlapping writes), load head and tail if needed, update
+ *    RAM, write the same bytes to the store, release.  Writes to other
+ *    chunks proceed in parallel.  A chunk dirty from before stays dirty
+ *    and drains in the background.  If the store fails, the range is
+ *    left dirty in RAM (RAM is the truth) and the write fails with the
+ *    store's errno.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "error.h"
+#include "internal.h"
+
+enum op { OP_WRITE, OP_ZERO };
+
+struct req {
+  enum op op;
+  const void *buf;              /* OP_WRITE */
+  uint64_t offset, count;
+  uint64_t c0, c1;              /* first and last chunk touched */
+  unsigned flags;
+};
+
+static void
+req_init (struct rb *rb, struct req *r, enum op op, const void *buf,
+          uint32_t count, uint64_t offset, unsigned flags)
+{
+  r->op = op;
+  r->buf = buf;
+  r->offset = offset;
+  r->count = count;
+  r->c0 = chunk_of (rb, offset);
+  r->c1 = chunk_of (rb, offset + count - 1);
+  r->flags = flags;
+}
+
+static bool
+loaded (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  return rb_atomic_load (&rb->populated) ||
+    chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED);
+}
+
+static void
+range_of (struct rb *rb, uint64_t c0, uint64_t c1, uint64_t *start,
+          uint64_t *end)
+{
+  *start = chunk_offset (rb, c0);
+  *end = *start + chunks_bytes (rb, c0, c1 - c0 + 1);
+}
+
+/* Is chunk c only partly covered by the request? */
+static bool
+partial (struct rb *rb, const struct req *r, uint64_t c)
+{
+  uint64_t s = chunk_offset (rb, c), e = s + chunks_bytes (rb, c, 1);
+  return r->offset > s || r->offset + r->count < e;
+}
+
+/* Load the head and tail chunks if the request covers them partly (the
+ * rest of those chunks must come from the store).  Range held.
+ */
+static int
+load_edges (struct rb *rb, const struct req *r)
+{
+  if (partial (rb, r, r->c0) && rb_load_chunks (rb, r->c0, 1) == -1)
+    return -1;
+  if (r->c1 != r->c0 && partial (rb, r, r->c1) &&
+      rb_load_chunks (rb, r->c1, 1) == -1)
+    return -1;
+  return 0;
+}
+
+/* Fully covered chunks: [*f, *l]; returns false if there are none. */
+static bool
+full_chunks (struct rb *rb, const struct req *r, uint64_t *f, uint64_t *l)
+{
+  *f = r->c0 + (partial (rb, r, r->c0) ? 1 : 0);
+  *l = r->c1 - (partial (rb, r, r->c1) ? 1 : 0);
+  return *f <= *l && !(r->c0 == r->c1 && partial (rb, r, r->c0));
+}
+
+/* Change RAM for the request. */
+static void
+apply (struct rb *rb, const struct req *r)
+{
+  if (r->op == OP_WRITE)
+    memcpy (rb->ram.base + r->offset, r->buf, r->count);
+  else
+    ramimage_zero (&rb->ram, r->offset, r->count);
+}
+
+/* After RAM changed: mark the touched chunks dirty.  A zero makes the
+ * fully covered chunks ZERO; a partial zero leaves a ZERO chunk ZERO.
+ */
+static void
+mark_dirty (struct rb *rb, const struct req *r)
+{
+  uint64_t f, l, n = r->c1 - r->c0 + 1;
+  uint64_t moved;
+
+  if (r->op == OP_WRITE)
+    moved = chunkmap_move (&rb->map, r->c0, n,
+                           CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN) |
+                           CS_BIT (CS_ZERO), CS_DIRTY, NULL);
+  else {
+    moved = 0;
+    if (full_chunks (rb, r, &f, &l))
+      moved += chunkmap_move (&rb->map, f, l - f + 1,
+                              CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN) |
+                              CS_BIT (CS_DIRTY), CS_ZERO, NULL);
+    if (partial (rb, r, r->c0))
+      moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
+                              CS_DIRTY, NULL);
+    if (r->c1 != r->c0 && partial (rb, r, r->c1))
+      moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
+                              CS_DIRTY, NULL);
+  }
+  if (moved)
+    rb_flusher_kick (rb);
+}
+
+/* Writers wait while dirty + in-flight data is over the limit.  Checked
+ * before the write, so the limit can be exceeded by at most the writes
+ * in progress at once (nbdkit threads x request size).
+ */
+void
+rb_throttle (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+#define OVER() ((chunkmap_dirty (&rb->map) +                              \
+                 rb_atomic_load (&rb->inflight_chunks)) *                 \
+                (uint64_t) rb->chunk_size >= limit)
+  if (limit == 0 || !OVER ())
+    return;
+  rb_atomic_add (&rb->throttled, 1);
+  rb_flusher_kick (rb);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  while (!rb->stopping && OVER ()) {
+    rb_cond_wait (&rb->space_cond, &rb->lock);
+    limit = rb_atomic_load (&rb->dirty_limit);
+    if (limit == 0)
+      break;
+  }
+#undef OVER
+}
+
+static int
+store_req (struct rb *rb, const struct req *r)
+{
+  if (r->op == OP_WRITE)
+    return rb_store_pwrite (rb->store, r->buf, r->count, r->offset);
+  return rb_store_zero (rb->store, r->count, r->offset);
+}
+
+static int
+writethrough (struct rb *rb, const struct req *r)
+{
+  struct rl_node node;
+  uint64_t start, end, f, l;
+  int ret = 0;
+
+  range_of (rb, r->c0, r->c1, &start, &end);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
+  if (load_edges (rb, r) == -1) {
+    rangelock_release (&rb->rl, &node);
+    return -1;
+  }
+  apply (rb, r);
+  if (store_req (rb, r) == 0) {
+    /* Fully covered chunks that were never loaded now match the store.
+     * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have
+     * changed bytes we did not just store.)
+     */
+    if (full_chunks (rb, r, &f, &l))
+      chunkmap_move (&rb->map, f, l - f + 1, CS_BIT (CS_EMPTY), CS_CLEAN,
+                     NULL);
+    rb_atomic_add (&rb->stored_bytes, r->count);
+    rb_note_unsynced (rb, r->offset, r->count);
+    rangelock_release (&rb->rl, &node);
+    if ((r->flags & RB_FUA) && rb->cfg.fsync_wait &&
+        rb_sync_store (rb) == -1)
+      ret = -1;
+  }
+  else {
+    int err = errno;
+    char msg[200];
+
+    snprintf (msg, sizeof msg, "writethrough of %" PRIu64 " bytes at %"
+              PRIu64 ": %s", r->count, r->offset, strerror (err));
+    rb_redirty (rb, r->offset, r->count);
+    rangelock_release (&rb->rl, &node);
+    rb_record_error (rb, err, msg);
+    rb_set_error (err, "writethrough to the backing store failed "
+                  "(the data is kept in RAM and will be retried)");
+    ret = -1;
+  }
+  rb_check_populated (rb);
+  return ret;
+}
+
+static int
+slow_path (struct rb *rb, const struct req *r)
+{
+  struct rl_node node;
+  uint64_t start, end;
+
+  range_of (rb, r->c0, r->c1, &start, &end);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
+  if (load_edges (rb, r) == -1) {
+    rangelock_release (&rb->rl, &node);
+    return -1;
+  }
+  apply (rb, r);
+  mark_dirty (rb, r);
+  rangelock_release (&rb->rl, &node);
+  rb_check_populated (rb);
+  return 0;
+}
+
+static int
+do_write (struct rb *rb, const struct req *r)
+{
+  if (rb_tracing (rb))
+    rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
+            r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
+  if (rb->store->read_only) {
+    rb_set_error (EROFS, "the backing store is read-only");
+    return -1;
+  }
+  if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
+      ((r->flags & RB_FUA) && rb->cfg.fsync_wait))
+    return writethrough (rb, r);
+
+  rb_throttle (rb);
+  if (!loaded (rb, r->c0, r->c1))
+    return slow_path (rb, r);
+  apply (rb, r);
+  mark_dirty (rb, r);
+  return 0;
+}
+
+/* Make sure [c0, c1] is loaded (reads and NBD_CMD_CACHE). */
+static int
+ensure_loaded (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  struct rl_node node;
+  uint64_t start, end;
+  int r;
+
+  if (loaded (rb, c0, c1))
+    return 0;
+  range_of (rb, c0, c1, &start, &end);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
+  r = rb_load_chunks (rb, c0, c1 - c0 + 1);
+  rangelock_release (&rb->rl, &node);
+  rb_check_populated (rb);
+  return r;
+}
+
+int
+rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
+{
+  if (count == 0)
+    return 0;
+  if (rb_tracing (rb))
+    rb_log ("read %" PRIu32 "@%" PRIu64, count, offset);
+  if (ensure_loaded (rb, chunk_of (rb, offset),
+                     chunk_of (rb, offset + count - 1)) == -1)
+    return -1;
+  memcpy (buf, rb->ram.base + offset, count);
+  return 0;
+}
+
+int
+rb_pwrite (struct rb *rb, const void *buf, uint32_t count, uint64_t offset,
+           unsigned flags)
+{
+  struct req r;
+
+  if (count == 0)
+    return 0;
+  req_init (rb, &r, OP_WRITE, buf, count, offset, flags);
+  return do_write (rb, &r);
+}
+
+int
+rb_zero (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
+{
+  struct req r;
+
+  if (count == 0)
+    return 0;
+  req_init (rb, &r, OP_ZERO, NULL, count, offset, flags);
+  return do_write (rb, &r);
+}
+
+/* Trimmed data reads back as zeroes, which NBD allows, and the store
+ * gets a hole punched: the same as zero.
+ */
+int
+rb_trim (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
+{
+  return rb_zero (rb, count, offset, flags);
+}
+
+int
+rb_cache (struct rb *rb, uint32_t count, uint64_t offset)
+{
+  if (count == 0)
+    return 0;
+  return ensure_loaded (rb, chunk_of (rb, offset),
+                        chunk_of (rb, offset + count - 1));
+}
+
+int
+rb_flush (struct rb *rb)
+{
+  if (!rb->cfg.fsync_wait)
+    return 0;
+  return rb_sync (rb, -1);
+}

@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: public API of the caching core (lib/).
+ *
+ * A struct rb is one RAM image of a backing store.  Every read and write
+ * is served from RAM; background threads populate the image from the
+ * backing store and write dirty chunks back.  This library knows nothing
+ * of nbdkit: plugin/ is the glue, tests/ drive it directly.
+ *
+ * Errors: functions return -1 (or NULL) with errno set and a message for
+ * this thread, read with rb_get_error() / rb_get_errno(), as libnbd does.
+ *
+ * Threads: rb_open() starts no threads (nbdkit forks after loading the
+ * plugin and threads do not survive fork); rb_start() does.  All I/O
+ * functions may be called from any number of threads at once.
+ */
+
+#ifndef RAMBACK_H
+#define RAMBACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+enum rb_mode {
+  RB_MODE_WRITEBACK = 0,      /* writes complete in RAM; flushed later */
+  RB_MODE_WRITETHROUGH = 1,   /* writes reach the backing store first */
+};
+
+struct rb_config {
+  struct rb_store_params store;
+  const char *ram;            /* file on tmpfs/hugetlbfs, NULL: anonymous */
+  uint64_t size;              /* create missing backing file this big */
+  uint32_t chunk_size;        /* power of two, 512 .. 64M; 0: default */
+  enum rb_mode mode;
+  bool fsync_wait;            /* FLUSH/FUA wait for the backing store */
+  uint64_t dirty_max;         /* bytes, 0: unlimited */
+  uint64_t populate_rate;     /* bytes/s, 0: unlimited */
+  uint64_t flush_rate;        /* bytes/s, 0: unlimited */
+  unsigned ups_window;        /* seconds, 0: off */
+  bool allow_overcommit;      /* allow a device larger than RAM */
+  bool populate;              /* false: do not populate in background */
+};
+
+#define RB_DEFAULT_CHUNK_SIZE 65536
+#define RB_MIN_CHUNK_SIZE 512
+#define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
+
+/* Largest single I/O the core issues to the backing store. */
+#define RB_MAX_STORE_IO (8 * 1024 * 1024)
+
+struct rb;
+
+/* Validate the configuration, open the backing store, allocate the RAM
+ * image.  Starts no threads.  NULL on error.
+ */
+extern struct rb *rb_open (const struct rb_config *config);
+
+/* Start the populate and flush threads.  Call once, after any fork. */
+extern int rb_start (struct rb *rb);
+
+/* Clean stop: stop populating, write back every dirty chunk, sync the
+ * backing store, stop the threads and free everything.  Returns -1 if
+ * some data could not be written back (it is then lost: say so loudly).
+ * Safe on a half-built rb and on one that was never started.
+ */
+extern int rb_close (struct rb *rb);
+
+/* rb_close() in two steps, for a host that must keep serving status
+ * while the final drain runs: rb_shutdown() does everything but free
+ * (idempotent; later I/O and rb_sync() fail with ESHUTDOWN), then
+ * rb_close() frees.
+ */
+extern int rb_shutdown (struct rb *rb);
+
+extern uint64_t rb_get_size (struct rb *rb);
+extern uint32_t rb_get_chunk_size (struct rb *rb);
+
+/* Flags for the I/O calls. */
+#define RB_FUA 1              /* this request must be durable on return */
+
+extern int rb_pread (struct rb *rb, void *buf, uint32_t count,
+                     uint64_t offset);
+extern int rb_pwrite (struct rb *rb, const void *buf, uint32_t count,
+                      uint64_t offset, unsigned flags);
+extern int rb_zero (struct rb *rb, uint32_t count, uint64_t offset,
+                    unsigned flags);
+extern int rb_trim (struct rb *rb, uint32_t count, uint64_t offset,
+                    unsigned flags);
+/* NBD_CMD_CACHE: load the range into RAM now. */
+extern int rb_cache (struct rb *rb, uint32_t count, uint64_t offset);
+/* NBD_CMD_FLUSH: returns at once with fsync=ignore, else rb_sync(). */
+extern int rb_flush (struct rb *rb);
+
+/* Return when everything dirty or written at the moment of the call is
+ * on the backing store and the store is synced.  timeout_ms < 0: wait
+ * forever; on timeout fails with ETIMEDOUT.
+ */
+extern int rb_sync (struct rb *rb, int timeout_ms);
+
+/* Wait until the whole image is loaded (ETIMEDOUT as above). */
+extern int rb_wait_populated (struct rb *rb, int timeout_ms);
+
+extern int rb_set_mode (struct rb *rb, enum rb_mode mode);
+extern enum rb_mode rb_get_mode (struct rb *rb);
+extern void rb_set_trace (struct rb *rb, bool on);
+
+/* A snapshot of the counters (stats.c).  Field names are the JSON names
+ * of the control protocol's "status json" (docs/ramback-control.pod).
+ */
+struct rb_stats {
+  enum rb_mode mode;
+  bool fsync_wait;
+  bool trace;
+  bool populated;
+  uint64_t size;
+  uint32_t chunk_size;
+  uint64_t chunks;
+  uint64_t loaded_chunks;     /* chunks present in RAM */
+  uint64_t loaded_bytes;      /* bytes read from the backing store */
+  uint64_t stored_bytes;      /* bytes written to the backing store */
+  uint64_t dirty_chunks;      /* includes dirty-zero chunks */
+  uint64_t dirty_bytes;
+  uint64_t inflight_chunks;   /* being written back right now */
+  uint64_t inflight_bytes;
+  uint64_t unsynced_bytes;    /* written, not yet confirmed by a sync */
+  uint64_t dirty_max;         /* limit in force now (0: none) */
+  uint64_t dirty_max_config;  /* dirty-max= */
+  unsigned ups_window;        /* ups-window=, seconds */
+  uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
+  uint64_t populate_bandwidth;
+  uint64_t flush_rate;        /* configured caps, 0: none */
+  uint64_t populate_rate;
+  uint64_t store_errors;      /* failed backing store requests */
+  uint64_t sync_errors;       /* failed syncs */
+  uint64_t syncs;             /* successful syncs */
+  uint64_t throttled;         /* writes that waited for dirty-max */
+  int last_errno;             /* 0 if none */
+  char last_error[256];
+  const char *store_type;     /* "file", "nbd" */
+  enum rb_store_state store_state;
+  int store_connections;
+  double uptime;              /* seconds since rb_start */
+};
+
+extern void rb_get_stats (struct rb *rb, struct rb_stats *st);
+
+/* Format a snapshot as "key: value" lines or one JSON object line.
+ * Returns the length written (like snprintf, truncated to len).
+ */
+extern int rb_stats_format (const struct rb_stats *st, bool json,
+                            char *buf, size_t len);
+
+/* Per-thread error of the last failed call. */
+extern const char *rb_get_error (void);
+extern int rb_get_errno (void);
+
+/* Where messages go (default: stderr).  RB_LOG_DEBUG is progress and
+ * trace, RB_LOG_WARN is something an operator must see (a backing store
+ * error, data that cannot be written back).
+ */
+enum rb_log_level { RB_LOG_DEBUG, RB_LOG_WARN };
+typedef void (*rb_log_fn) (enum rb_log_level level, const char *msg);
+extern void rb_set_log (rb_log_fn fn);
+
+#endif /* RAMBACK_H */

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: ordered range locks over byte ranges in flight.
+ *
+ * Owns the index of every range that is being loaded, stored, or written
+ * through right now, as an interval tree (a treap keyed by start offset,
+ * each node augmented with the largest end in its subtree), so checking
+ * for overlaps costs O(log n + overlaps), never a linear search.
+ *
+ * The rule that closes the seed's races: a range is granted only when no
+ * *earlier* overlapping range is still held.  Earlier means lower
+ * sequence number, assigned on arrival.  So
+ *   - a writethrough write waits for any store already in flight over the
+ *     same chunks (the flush race: a stale flush can never land on top
+ *     of a newer application write), and a store started after it waits
+ *     for it;
+ *   - overlapping writethrough writes land in arrival order;
+ *   - a background load and an application write to the same chunk never
+ *     run at once (the populate race);
+ *   - ranges that do not overlap never wait for each other.
+ * Holders do their I/O without any lock held.
+ */
+
+#ifndef RAMBACK_RANGELOCK_H
+#define RAMBACK_RANGELOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "env.h"
+
+enum rl_kind {
+  RL_LOAD,            /* populate or demand load */
+  RL_STORE,           /* write back of dirty chunks */
+  RL_WRITE,           /* application I/O on the slow path / writethrough */
+};
+
+struct rl_node {
+  uint64_t start, end;          /* [start, end) */
+  uint64_t seq;
+  uint64_t max_end;             /* max end in this subtree */
+  uint32_t prio;                /* treap priority */
+  enum rl_kind kind;
+  struct rl_node *left, *right;
+};
+
+struct rangelock {
+  rb_mutex lock;
+  rb_cond released;             /* broadcast on every release */
+  struct rl_node *root;
+  uint64_t seq;
+  uint64_t held;                /* number of nodes in the tree */
+  uint64_t held_bytes[3];       /* bytes held, per kind */
+  uint32_t rand;
+};
+
+extern void rangelock_init (struct rangelock *rl);
+extern void rangelock_destroy (struct rangelock *rl);
+
+/* Insert [start, end) and wait until no earlier overlapping range is
+ * held.  The node is owned by the caller (usually on its stack) until
+ * rangelock_release().
+ */
+extern void rangelock_acquire (struct rangelock *rl, struct rl_node *n,
+                               uint64_t start, uint64_t end,
+                               enum rl_kind kind);
+extern void rangelock_release (struct rangelock *rl, struct rl_node *n);
+
+/* Bytes currently held (granted or waiting) of one kind. */
+extern uint64_t rangelock_bytes (struct rangelock *rl, enum rl_kind kind);
+
+#endif /* RAMBACK_RANGELOCK_H */

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: status snapshots and their text and JSON forms.
+ *
+ * The field names are an interface (docs/ramback-control.pod): the
+ * ramback command, the tests and users' scripts parse them.  One table
+ * drives both forms so they cannot drift apart.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "internal.h"
+
+void
+rb_get_stats (struct rb *rb, struct rb_stats *st)
+{
+  memset (st, 0, sizeof *st);
+  st->mode = rb_atomic_load (&rb->mode);
+  st->fsync_wait = rb->cfg.fsync_wait;
+  st->trace = rb_atomic_load (&rb->trace);
+  st->populated = rb_atomic_load (&rb->populated);
+  st->size = rb->size;
+  st->chunk_size = rb->chunk_size;
+  st->chunks = rb->nchunks;
+  st->loaded_chunks = chunkmap_loaded (&rb->map);
+  st->loaded_bytes = rb_atomic_load (&rb->loaded_bytes);
+  st->stored_bytes = rb_atomic_load (&rb->stored_bytes);
+  st->dirty_chunks = chunkmap_dirty (&rb->map);
+  st->dirty_bytes = st->dirty_chunks * rb->chunk_size;
+  st->inflight_chunks = rb_atomic_load (&rb->inflight_chunks);
+  st->inflight_bytes = st->inflight_chunks * rb->chunk_size;
+  st->dirty_max = rb_atomic_load (&rb->dirty_limit);
+  st->dirty_max_config = rb->cfg.dirty_max;
+  st->ups_window = rb->cfg.ups_window;
+  st->flush_bandwidth = rb_atomic_load (&rb->flush_bw.bps);
+  st->populate_bandwidth = rb_atomic_load (&rb->populate_bw.bps);
+  st->flush_rate = rb->cfg.flush_rate;
+  st->populate_rate = rb->cfg.populate_rate;
+  st->store_errors = rb_atomic_load (&rb->store_errors);
+  st->sync_errors = rb_atomic_load (&rb->sync_errors);
+  st->syncs = rb_atomic_load (&rb->syncs);
+  st->throttled = rb_atomic_load (&rb->throttled);
+  st->store_type = rb->store->ops->name;
+  st->store_state = rb_atomic_load (&rb->store->state);
+  st->store_connections = rb->store->connections;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    st->unsynced_bytes = rb->unsynced.bytes;
+    st->last_errno = rb->last_errno;
+    snprintf (st->last_error, sizeof st->last_error, "%s", rb->last_error);
+    if (rb->start_ns)
+      st->uptime = (rb_now_ns () - rb->start_ns) / 1e9;
+  }
+}
+
+static const char *
+errno_name (int e)
+{
+  switch (e) {
+  case 0: return "";
+  case EIO: return "EIO";
+  case ENOSPC: return "ENOSPC";
+  case EROFS: return "EROFS";
+  case EPERM: return "EPERM";
+  case EACCES: return "EACCES";
+  case ENOTCONN: return "ENOTCONN";
+  case ECONNRESET: return "ECONNRESET";
+  case ECONNREFUSED: return "ECONNREFUSED";
+  case ESHUTDOWN: return "ESHUTDOWN";
+  case ETIMEDOUT: return "ETIMEDOUT";
+  case EDQUOT: return "EDQUOT";
+  case EINVAL: return "EINVAL";
+  case ENOMEM: return "ENOMEM";
+  case EPIPE: return "EPIPE";
+  default: return "EOTHER";
+  }
+}
+
+/* Exposed for control.c. */
+const char *rb_errno_name (int e);
+const char *
+rb_errno_name (int e)
+{
+  return errno_name (e);
+}
+
+static const char *
+store_state_name (enum rb_store_state s)
+{
+  switch (s) {
+  case RB_STORE_OK: return "ok";
+  case RB_STORE_FAILING: return "failing";
+  case RB_STORE_OFFLINE: return "offline";
+  default: return "unknown";
+  }
+}
+
+/* Appending writer that never overflows and keeps the would-be length. */
+struct out {
+  char *buf;
+  size_t len, pos;
+};
+
+static void __attribute__ ((format (printf, 2, 3)))
+put (struct out *o, const char *fmt, ...)
+{
+  va_list args;
+  int n;
+
+  va_start (args, fmt);
+  n = vsnprintf (o->pos < o->len ? o->buf + o->pos : NULL,
+                 o->pos < o->len ? o->len - o->pos : 0, fmt, args);
+  va_end (args);
+  if (n > 0)
+    o->pos += n;
+}
+
+/* JSON strings: escape what must be escaped. */
+static void
+put_json_string (struct out *o, const char *s)
+{
+  put (o, "\"");
+  for (; *s; s++) {
+    unsigned char c = *s;
+    if (c == '"' || c == '\\')
+      put (o, "\\%c", c);
+    else if (c < 0x20)
+      put (o, "\\u%04x", c);
+    else
+      put (o, "%c", c);
+  }
+  put (o, "\"");
+}
+
+enum kind { K_U64, K_BOOL, K_STR, K_DBL };
+
+struct field {
+  const char *name;
+  enum kind kind;
+  uint64_t u;
+  bool b;
+  const char *s;
+  double d;
+};
+
+int
+rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
+{
+  double progress = st->chunks ? (double) st->loaded_chunks / st->chunks : 1;
+  uint64_t pending = st->dirty_bytes + st->inflight_bytes;
+  double drain = st->flush_bandwidth
+    ? (double) pending / st->flush_bandwidth : (pending ? -1 : 0);
+  const struct field f[] = {
+    { "mode", K_STR, .s = st->mode == RB_MODE_WRITEBACK
+                                ? "writeback" : "writethrough" },
+    { "fsync", K_STR, .s = st->fsync_wait ? "wait" : "ignore" },
+    { "trace", K_BOOL, .b = st->trace },
+    { "populated", K_BOOL, .b = st->populated },
+    { "progress", K_DBL, .d = st->populated ? 1.0 : progress },
+    { "size", K_U64, .u = st->size },
+    { "chunk_size", K_U64, .u = st->chunk_size },
+    { "chunks", K_U64, .u = st->chunks },
+    { "loaded_chunks", K_U64, .u = st->loaded_chunks },
+    { "loaded_bytes", K_U64, .u = st->loaded_bytes },
+    { "stored_bytes", K_U64, .u = st->stored_bytes },
+    { "dirty_chunks", K_U64, .u = st->dirty_chunks },
+    { "dirty_bytes", K_U64, .u = st->dirty_bytes },
+    { "inflight_chunks", K_U64, .u = st->inflight_chunks },
+    { "inflight_bytes", K_U64, .u = st->inflight_bytes },
+    { "unsynced_bytes", K_U64, .u = st->unsynced_bytes },
+    { "dirty_max", K_U64, .u = st->dirty_max },
+    { "dirty_max_config", K_U64, .u = st->dirty_max_config },
+    { "ups_window", K_U64, .u = st->ups_window },
+    { "flush_bandwidth", K_U64, .u = st->flush_bandwidth },
+    { "populate_bandwidth", K_U64, .u = st->populate_bandwidth },
+    { "drain_seconds", K_DBL, .d = drain },
+    { "flush_rate", K_U64, .u = st->flush_rate },
+    { "populate_rate", K_U64, .u = st->populate_rate },
+    { "store", K_STR, .s = st->store_type ? st->store_type : "" },
+    { "store_state", K_STR, .s = store_state_name (st->store_state) },
+    { "store_connections", K_U64, .u = (uint64_t) st->store_connections },
+    { "store_errors", K_U64, .u = st->store_errors },
+    { "sync_errors", K_U64, .u = st->sync_errors },
+    { "syncs", K_U64, .u = st->syncs },
+    { "throttled", K_U64, .u = st->throttled },
+    { "last_errno", K_STR, .s = errno_name (st->last_errno) },
+    { "last_error", K_STR, .s = st->last_error },
+    { "uptime", K_DBL, .d = st->uptime },
+  };
+  struct out o = { buf, len, 0 };
+  size_t i;
+
+  if (json)
+    put (&o, "{");
+  for (i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (json) {
+      put (&o, "%s\"%s\":", i ? "," : "", f[i].name);
+      switch (f[i].kind) {
+      case K_U64: put (&o, "%" PRIu64, f[i].u); break;
+      case K_BOOL: put (&o, "%s", f[i].b ? "true" : "false"); break;
+      case K_STR: put_json_string (&o, f[i].s); break;
+      case K_DBL: put (&o, "%.3f", f[i].d); break;
+      }
+    }
+    else {
+      put (&o, "%s: ", f[i].name);
+      switch (f[i].kind) {
+      case K_U64: put (&o, "%" PRIu64 "\n", f[i].u); break;
+      case K_BOOL: put (&o, "%s\n", f[i].b ? "true" : "false"); break;
+      case K_STR: put (&o, "%s\n", f[i].s); break;
+      case K_DBL: put (&o, "%.3f\n", f[i].d); break;
+      }
+    }
+  }
+  if (json)
+    put (&o, "}");
+  return (int) o.pos;
+}

@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: a backing store that is a local file or block device.
+ *
+ * Requests run synchronously on the calling thread; the core keeps large
+ * sequential requests in a batch, which is what a disk wants.  pread and
+ * pwrite are safe from many threads on one fd.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef HAVE_LINUX_FS_H
+#include <linux/fs.h>
+#endif
+
+#include "env.h"
+#include "error.h"
+#include "store.h"
+
+struct file_store {
+  int fd;
+  char *path;
+  bool is_block;
+  bool can_punch;         /* cleared once punching fails */
+  bool can_zero_range;
+};
+
+static int
+rw_all (struct file_store *f, struct rb_io *io)
+{
+  uint8_t *p = io->buf;
+  uint64_t done = 0;
+
+  while (done < io->count) {
+    ssize_t r;
+
+    if (io->op == RB_IO_READ)
+      r = pread (f->fd, p + done, io->count - done, io->offset + done);
+    else
+      r = pwrite (f->fd, p + done, io->count - done, io->offset + done);
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      rb_set_error (errno, "%s: %s %" PRIu64 " bytes at %" PRIu64, f->path,
+                    io->op == RB_IO_READ ? "pread" : "pwrite",
+                    io->count - done, io->offset + done);
+      return -1;
+    }
+    if (r == 0) {
+      if (io->op == RB_IO_READ) {   /* past EOF reads as zeroes */
+        memset (p + done, 0, io->count - done);
+        return 0;
+      }
+      rb_set_error (ENOSPC, "%s: pwrite wrote nothing at %" PRIu64,
+                    f->path, io->offset + done);
+      return -1;
+    }
+    done += r;
+  }
+  return 0;
+}
+
+static int
+write_zeroes (struct file_store *f, uint64_t count, uint64_t offset)
+{
+  static const uint8_t zeroes[65536];
+
+  while (count > 0) {
+    struct rb_io w = { .op = RB_IO_WRITE, .buf = (void *) zeroes,
+                       .count = count < sizeof zeroes ? count : sizeof zeroes,
+                       .offset = offset };
+    if (rw_all (f, &w) == -1)
+      return -1;
+    count -= w.count;
+    offset += w.count;
+  }
+  return 0;
+}
+
+/* Cheapest way to make a range read as zeroes: punch a hole in a file
+ * (the image stays sparse), BLKZEROOUT on a block device, else write.
+ */
+static int
+zero_range (struct file_store *f, uint64_t count, uint64_t offset)
+{
+  if (f->is_block) {
+#ifdef BLKZEROOUT
+    uint64_t range[2] = { offset, count };
+    if (ioctl (f->fd, BLKZEROOUT, range) == 0)
+      return 0;
+    rb_log ("%s: BLKZEROOUT: %m (falling back to writing zeroes)", f->path);
+#endif
+    return write_zeroes (f, count, offset);
+  }
+  if (__atomic_load_n (&f->can_punch, __ATOMIC_RELAXED)) {
+    if (fallocate (f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                   offset, count) == 0)
+      return 0;
+    if (errno != EOPNOTSUPP && errno != ENOSYS) {
+      rb_set_error (errno, "%s: fallocate punch hole %" PRIu64 " at %" PRIu64,
+                    f->path, count, offset);
+      return -1;
+    }
+    rb_log ("%s: cannot punch holes: %m (writing zeroes instead)", f->path);
+    __atomic_store_n (&f->can_punch, false, __ATOMIC_RELAXED);
+  }
+  return write_zeroes (f, count, offset);
+}
+
+static int
+file_submit (struct rb_store *s, struct rb_io *ios, size_t n)
+{
+  struct file_store *f = s->handle;
+  int first_err = 0;
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    int r = ios[i].op == RB_IO_ZERO
+      ? zero_range (f, ios[i].count, ios[i].offset)
+      : rw_all (f, &ios[i]);
+    ios[i].err = r == -1 ? errno : 0;
+    if (r == -1 && first_err == 0)
+      first_err = errno;
+  }
+  rb_atomic_store (&s->state, first_err ? RB_STORE_FAILING : RB_STORE_OK);
+  if (first_err) {
+    errno = first_err;
+    return -1;
+  }
+  return 0;
+}
+
+static int
+file_flush (struct rb_store *s)
+{
+  struct file_store *f = s->handle;
+
+  if (fdatasync (f->fd) == -1) {
+    rb_set_error (errno, "%s: fdatasync", f->path);
+    rb_atomic_store (&s->state, RB_STORE_FAILING);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+file_next_data (struct rb_store *s, uint64_t offset, uint64_t *data,
+                uint64_t *hole)
+{
+  struct file_store *f = s->handle;
+  off_t d, h;
+
+  if (f->is_block) {
+    *data = offset;
+    *hole = s->size;
+    return 0;
+  }
+  d = lseek (f->fd, offset, SEEK_DATA);
+  if (d == -1) {
+    if (errno == ENXIO) {         /* only a hole remains */
+      *data = *hole = s->size;
+      return 0;
+    }
+    if (errno == EINVAL || errno == EOPNOTSUPP) {  /* no SEEK_DATA here */
+      *data = offset;
+      *hole = s->size;
+      return 0;
+    }
+    rb_set_error (errno, "%s: lseek SEEK_DATA", f->path);
+    return -1;
+  }
+  h = lseek (f->fd, d, SEEK_HOLE);
+  if (h == -1) {
+    rb_set_error (errno, "%s: lseek SEEK_HOLE", f->path);
+    return -1;
+  }
+  *data = d < (off_t) s->size ? (uint64_t) d : s->size;
+  *hole = h < (off_t) s->size ? (uint64_t) h : s->size;
+  return 0;
+}
+
+static size_t
+file_status (struct rb_store *s, bool json, char *buf, size_t len)
+{
+  struct file_store *f = s->handle;
+  int r;
+
+  if (json) {
+    /* Paths with quotes or backslashes are shown with them replaced. */
+    char safe[256];
+    size_t i;
+    snprintf (safe, sizeof safe, "%s", f->path);
+    for (i = 0; safe[i]; i++)
+      if (safe[i] == '"' || safe[i] == '\\' || (unsigned char) safe[i] < 32)
+        safe[i] = '?';
+    r = snprintf (buf, len, ",\"store_path\":\"%s\"", safe);
+  }
+  else
+    r = snprintf (buf, len, "store_path: %s\n", f->path);
+  return r < 0 ? 0 : (size_t) r < len ? (size_t) r : len;
+}
+
+static void
+file_close (struct rb_store *s)
+{
+  struct file_store *f = s->handle;
+
+  if (f) {
+    if (f->fd >= 0)
+      close (f->fd);
+    free (f->path);
+    free (f);
+  }
+  free (s);
+}
+
+static const struct rb_store_ops file_ops = {
+  .name      = "file",
+  .submit    = file_submit,
+  .flush     = file_flush,
+  .next_data = file_next_data,
+  .status    = file_status,
+  .close     = file_close,
+};
+
+static int
+open_fd (struct file_store *f, const struct rb_store_params *p)
+{
+  int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+
+  f->fd = open (p->uri, flags);
+  if (f->fd == -1 && errno == ENOENT && p->create_size > 0 && !p->read_only)
+    f->fd = open (p->uri, flags | O_CREAT | O_EXCL, 0644);
+  if (f->fd == -1) {
+    if (errno == ENOENT)
+      rb_set_error (ENOENT, "back=%s: the backing store does not exist "
+                    "(give size=SIZE to create it)", p->uri);
+    else if (errno == EACCES || errno == EROFS || errno == EPERM)
+      rb_set_error (errno, "back=%s: cannot open the backing store for "
+                    "writing (check its permissions and mount)", p->uri);
+    else
+      rb_set_error (errno, "back=%s: open", p->uri);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+get_size (struct rb_store *s, struct file_store *f,
+          const struct rb_store_params *p)
+{
+  struct stat st;
+
+  if (fstat (f->fd, &st) == -1) {
+    rb_set_error (errno, "back=%s: fstat", p->uri);
+    return -1;
+  }
+  if (S_ISBLK (st.st_mode)) {
+    f->is_block = true;
+#ifdef BLKGETSIZE64
+    if (ioctl (f->fd, BLKGETSIZE64, &s->size) == -1) {
+      rb_set_error (errno, "back=%s: ioctl BLKGETSIZE64", p->uri);
+      return -1;
+    }
+#else
+    off_t end = lseek (f->fd, 0, SEEK_END);
+    if (end == -1) {
+      rb_set_error (errno, "back=%s: lseek", p->uri);
+      return -1;
+    }
+    s->size = end;
+#endif
+  }
+  else if (S_ISREG (st.st_mode)) {
+    if (st.st_size == 0 && p->create_size > 0) {
+      if (ftruncate (f->fd, p->create_size) == -1) {
+        rb_set_error (errno, "back=%s: ftruncate to %" PRIu64, p->uri,
+                      p->create_size);
+        return -1;
+      }
+      st.st_size = p->create_size;
+    }
+    s->size = st.st_size;
+  }
+  else {
+    rb_set_error (EINVAL, "back=%s: not a regular file or block device",
+                  p->uri);
+    return -1;
+  }
+
+  if (p->create_size > 0 && s->size != p->create_size) {
+    rb_set_error (EINVAL, "back=%s is %" PRIu64 " bytes but size=%" PRIu64
+                  " was given: size= only creates a missing backing store "
+                  "and must match an existing one (drop size=, or resize "
+                  "the backing store yourself)", p->uri, s->size,
+                  p->create_size);
+    return -1;
+  }
+  if (s->size == 0) {
+    rb_set_error (EINVAL, "back=%s: the backing store is empty (0 bytes)",
+                  p->uri);
+    return -1;
+  }
+  return 0;
+}
+
+struct rb_store *
+rb_store_file_open (const struct rb_store_params *p)
+{
+  struct rb_store *s = calloc (1, sizeof *s);
+  struct file_store *f = calloc (1, sizeof *f);
+
+  if (s == NULL || f == NULL) {
+    rb_set_error (errno, "calloc");
+    free (s);
+    free (f);
+    return NULL;
+  }
+  s->ops = &file_ops;
+  s->handle = f;
+  s->read_only = p->read_only;
+  s->connections = 1;
+  f->fd = -1;
+  f->can_punch = true;
+  f->path = strdup (p->uri);
+  if (f->path == NULL) {
+    rb_set_error (errno, "strdup");
+    file_close (s);
+    return NULL;
+  }
+  if (open_fd (f, p) == -1 || get_size (s, f, p) == -1) {
+    int e = errno;
+    file_close (s);
+    errno = e;
+    return NULL;
+  }
+  s->can_zero = true;
+#ifdef HAVE_POSIX_FADVISE
+  /* Populate reads it once, front to back. */
+  posix_fadvise (f->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  return s;
+}

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the backing store, as an ops table.
+ *
+ * This module owns nothing but the contract between the caching core and
+ * whatever persists its data: a local file or block device
+ * (store-file.c) or a remote NBD export (store-nbd.c).  The core never
+ * calls read(2)/write(2) itself; every byte to or from persistent storage
+ * goes through these ops, so a test or a kernel port can swap in its own.
+ *
+ * Locking: the core calls the ops without holding any of its locks, from
+ * several threads at once (application threads doing writethrough or
+ * demand loads, the flusher, the populator).  Each implementation must be
+ * thread-safe.  The core guarantees that two requests in flight at the
+ * same time never overlap unless both are reads.
+ *
+ * Errors: each op returns 0 on success, or -1 with errno set and a
+ * message recorded with rb_set_error() (error.h).
+ */
+
+#ifndef RAMBACK_STORE_H
+#define RAMBACK_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum rb_io_op {
+  RB_IO_READ,
+  RB_IO_WRITE,
+  RB_IO_ZERO,                 /* write zeroes; may deallocate */
+};
+
+/* One request of a batch.  'err' is filled in by submit: 0 or an errno. */
+struct rb_io {
+  enum rb_io_op op;
+  void *buf;                  /* READ: destination; WRITE: source (const) */
+  uint64_t count;
+  uint64_t offset;
+  int err;
+};
+
+/* The store's health, shown in status.  Remote stores can go OFFLINE. */
+enum rb_store_state {
+  RB_STORE_OK = 0,
+  RB_STORE_FAILING,           /* the last request failed */
+  RB_STORE_OFFLINE,           /* connection lost, reconnecting */
+};
+
+struct rb_store;
+
+struct rb_store_ops {
+  const char *name;           /* "file", "nbd" */
+
+  /* Submit a batch of non-overlapping requests and wait for all of them.
+   * Returns 0 if every request succeeded, else -1 with errno set to the
+   * first failure; each io->err says which ones failed.  A store may run
+   * them in parallel (many requests in flight hide a slow link).
+   */
+  int (*submit) (struct rb_store *s, struct rb_io *ios, size_t n);
+
+  /* Make everything written so far durable (fdatasync, NBD FLUSH). */
+  int (*flush) (struct rb_store *s);
+
+  /* Optional.  Find the first allocated byte at or after 'offset':
+   * sets *data to its offset and *hole to the end of that data extent.
+   * *data == size means only a hole remains.  NULL: all data.
+   */
+  int (*next_data) (struct rb_store *s, uint64_t offset,
+                    uint64_t *data, uint64_t *hole);
+
+  /* Optional: append store-specific status lines ("key: value\n") or JSON
+   * members (",\"key\":value") to buf; returns bytes written.
+   */
+  size_t (*status) (struct rb_store *s, bool json, char *buf, size_t len);
+
+  void (*close) (struct rb_store *s);
+};
+
+struct rb_store {
+  const struct rb_store_ops *ops;
+  void *handle;               /* implementation's own state */
+  uint64_t size;              /* device size in bytes */
+  bool can_zero;              /* ZERO is cheaper than writing zeroes */
+  bool read_only;
+  int connections;            /* parallel connections used (status) */
+  enum rb_store_state state;  /* updated by the implementation (atomic) */
+};
+
+/* Parameters a store may need when it is opened. */
+struct rb_store_params {
+  const char *uri;            /* path or nbd[s][+unix]:// URI */
+  uint64_t create_size;       /* create a missing file of this size; 0: don't */
+  bool read_only;
+  /* NBD only (store-nbd.c): TLS passthrough and parallelism. */
+  const char *tls_certificates;
+  const char *tls_psk_file;
+  const char *tls_username;
+  int tls_verify_peer;        /* -1: libnbd default */
+  int connections;            /* 0: auto (multi-conn if the server offers it) */
+  int max_inflight;           /* per connection, 0: default */
+};
+
+/* Open the store named by params->uri: an NBD URI goes to store-nbd.c,
+ * anything else is a file or block device.  NULL on error.
+ */
+extern struct rb_store *rb_store_open (const struct rb_store_params *params);
+extern void rb_store_close (struct rb_store *s);
+
+/* Convenience wrappers for a batch of one. */
+extern int rb_store_pread (struct rb_store *s, void *buf, uint64_t count,
+                           uint64_t offset);
+extern int rb_store_pwrite (struct rb_store *s, const void *buf,
+                            uint64_t count, uint64_t offset);
+extern int rb_store_zero (struct rb_store *s, uint64_t count, uint64_t offset);
+
+/* Implementations. */
+extern struct rb_store *rb_store_file_open (const struct rb_store_params *);
+extern struct rb_store *rb_store_nbd_open (const struct rb_store_params *);
+extern bool rb_store_is_nbd_uri (const char *uri);
+
+#endif /* RAMBACK_STORE_H */

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: rate caps and bandwidth measurement.
+ *
+ * struct rb_rate is a token bucket for populate-rate= and flush-rate=:
+ * rb_rate_delay() says how long the caller must wait before moving
+ * 'bytes', and charges them.  struct rb_bw is the moving average of the
+ * bandwidth actually achieved, an exponentially weighted average over
+ * wall time with a time constant of RB_BW_TAU_S seconds, so a sample
+ * taken over a long batch weighs more than one over a short batch.
+ * Neither locks: the owner (one background thread) serialises use;
+ * readers of rb_bw.bps use atomic loads.
+ */
+
+#ifndef RAMBACK_THROTTLE_H
+#define RAMBACK_THROTTLE_H
+
+#include <stdint.h>
+
+#define RB_BW_TAU_S 3.0
+
+struct rb_rate {
+  uint64_t bps;           /* 0: unlimited */
+  uint64_t next_ns;       /* time at which the bucket is empty again */
+};
+
+struct rb_bw {
+  uint64_t bps;           /* current estimate, 0: none yet */
+  uint64_t samples;
+};
+
+/* Nanoseconds to wait before transferring 'bytes' (0: go now). */
+extern uint64_t rb_rate_delay (struct rb_rate *r, uint64_t bytes,
+                               uint64_t now_ns);
+
+/* Record 'bytes' moved in 'elapsed_ns'. */
+extern void rb_bw_sample (struct rb_bw *bw, uint64_t bytes,
+                          uint64_t elapsed_ns);
+
+#endif /* RAMBACK_THROTTLE_H */

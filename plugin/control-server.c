@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback plugin: the control socket server (control-server.h). */
+
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <nbdkit-plugin.h>
+
+#include "cleanup.h"
+#include "control.h"
+#include "control-server.h"
+
+#define MAX_CLIENTS 16
+
+static int listen_fd = -1;
+static char *sock_path;
+static struct rb *the_rb;
+static pthread_t accept_thread;
+static bool accept_running;
+static int wake_pipe[2] = { -1, -1 };   /* tells the accept thread to quit */
+
+/* Clients [lock]. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t clients_gone = PTHREAD_COND_INITIALIZER;
+static int client_fds[MAX_CLIENTS];
+static int nclients;
+static bool stopping;
+
+/* A socket left by an nbdkit that died is removed; one that answers
+ * belongs to a running ramback and is an error.
+ */
+static int
+remove_stale (const char *path, const struct sockaddr_un *addr)
+{
+  struct stat st;
+  int fd, r;
+
+  if (lstat (path, &st) == -1)
+    return errno == ENOENT ? 0 : (nbdkit_error ("control=%s: %m", path), -1);
+  if (!S_ISSOCK (st.st_mode)) {
+    nbdkit_error ("control=%s exists and is not a socket; remove it or "
+                  "choose another path", path);
+    return -1;
+  }
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd == -1) {
+    nbdkit_error ("socket: %m");
+    return -1;
+  }
+  r = connect (fd, (const struct sockaddr *) addr, sizeof *addr);
+  close (fd);
+  if (r == 0) {
+    nbdkit_error ("control=%s is in use by another running ramback", path);
+    return -1;
+  }
+  if (unlink (path) == -1) {
+    nbdkit_error ("control=%s: unlink stale socket: %m", path);
+    return -1;
+  }
+  return 0;
+}
+
+int
+control_server_bind (const char *path)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  mode_t old_umask;
+  int r;
+
+  if (strlen (path) >= sizeof addr.sun_path) {
+    nbdkit_error ("control=%s: path too long for a Unix socket "
+                  "(at most %zu bytes)", path, sizeof addr.sun_path - 1);
+    return -1;
+  }
+  strcpy (addr.sun_path, path);
+  if (remove_stale (path, &addr) == -1)
+    return -1;
+
+  listen_fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd == -1) {
+    nbdkit_error ("socket: %m");
+    return -1;
+  }
+  /* Created 0600 from the start: status and mode control are for the
+   * owner only.  (Still single-threaded here, so umask is safe.)
+   */
+  old_umask = umask (0177);
+  r = bind (listen_fd, (struct sockaddr *) &addr, sizeof addr);
+  umask (old_umask);
+  if (r == -1) {
+    nbdkit_error ("control=%s: bind: %m", path);
+    goto fail;
+  }
+  if (listen (listen_fd, 8) == -1) {
+    nbdkit_error ("control=%s: listen: %m", path);
+    goto fail;
+  }
+  if ((sock_path = strdup (path)) == NULL) {
+    nbdkit_error ("strdup: %m");
+    goto fail;
+  }
+  return 0;
+
+ fail:
+  close (listen_fd);
+  listen_fd = -1;
+  return -1;
+}
+
+static int
+write_all (int fd, const char *s, size_t n)
+{
+  while (n > 0) {
+    ssize_t r = send (fd, s, n, MSG_NOSIGNAL);
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    s += r;
+    n -= r;
+  }
+  return 0;
+}
+
+static void
+forget_client (int fd)
+{
+  int i;
+
+  pthread_mutex_lock (&lock);
+  for (i = 0; i < nclients; i++)
+    if (client_fds[i] == fd) {
+      client_fds[i] = client_fds[--nclients];
+      break;
+    }
+  close (fd);
+  pthread_cond_broadcast (&clients_gone);
+  pthread_mutex_unlock (&lock);
+}
+
+/* Read requests line by line; each gets its whole reply before the next
+ * is read.  A line over the limit ends the connection.
+ */
+static void *
+client_main (void *arg)
+{
+  int fd = (int) (intptr_t) arg;
+  char line[RB_CONTROL_MAX_LINE + 2];
+  size_t len = 0;
+
+  for (;;) {
+    char *nl;
+    ssize_t r;
+
+    while ((nl = memchr (line, '\n', len)) == NULL) {
+      if (len > RB_CONTROL_MAX_LINE) {
+        write_all (fd, rb_control_too_long (), strlen (rb_control_too_long ()));
+        goto out;
+      }
+      r = recv (fd, line + len, sizeof line - len, 0);
+      if (r == -1 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        goto out;
+      len += r;
+    }
+    *nl = '\0';
+    if (nl > line && nl[-1] == '\r')
+      nl[-1] = '\0';
+    {
+      CLEANUP_FREE char *reply = rb_control_request (the_rb, line);
+      const char *out = reply ? reply : "ERR ENOMEM out of memory\n";
+      if (write_all (fd, out, strlen (out)) == -1)
+        goto out;
+    }
+    len -= nl + 1 - line;
+    memmove (line, nl + 1, len);
+  }
+ out:
+  forget_client (fd);
+  return NULL;
+}
+
+static void
+accept_one (void)
+{
+  pthread_t t;
+  pthread_attr_t attr;
+  int fd, err;
+
+  fd = accept4 (listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd == -1) {
+    if (errno != EINTR && errno != EAGAIN)
+      nbdkit_debug ("control: accept: %m (ignored)");
+    return;
+  }
+  pthread_mutex_lock (&lock);
+  if (stopping || nclients == MAX_CLIENTS) {
+    pthread_mutex_unlock (&lock);
+    write_all (fd, "ERR EBUSY too many control connections\n", 39);
+    close (fd);
+    return;
+  }
+  client_fds[nclients++] = fd;
+  pthread_mutex_unlock (&lock);
+
+  pthread_attr_init (&attr);
+  pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+  err = pthread_create (&t, &attr, client_main, (void *) (intptr_t) fd);
+  pthread_attr_destroy (&attr);
+  if (err) {
+    errno = err;
+    nbdkit_error ("control: pthread_create: %m");
+    forget_client (fd);
+  }
+}
+
+static void *
+accept_main (void *arg)
+{
+  struct pollfd fds[2] = {
+    { .fd = listen_fd, .events = POLLIN },
+    { .fd = wake_pipe[0], .events = POLLIN },
+  };
+
+  for (;;) {
+    if (poll (fds, 2, -1) == -1) {
+      if (errno == EINTR)
+        continue;
+      nbdkit_error ("control: poll: %m");
+      return NULL;
+    }
+    if (fds[1].revents)
+      return NULL;
+    if (fds[0].revents & POLLIN)
+      accept_one ();
+  }
+}
+
+int
+control_server_start (struct rb *rb)
+{
+  int err;
+
+  if (listen_fd == -1)
+    return 0;
+  the_rb = rb;
+  if (pipe2 (wake_pipe, O_CLOEXEC) == -1) {
+    nbdkit_error ("pipe2: %m");
+    return -1;
+  }
+  err = pthread_create (&accept_thread, NULL, accept_main, NULL);
+  if (err) {
+    errno = err;
+    nbdkit_error ("control: pthread_create: %m");
+    return -1;
+  }
+  accept_running = true;
+  return 0;
+}
+
+void
+control_server_stop (void)
+{
+  int i;
+
+  if (accept_running) {
+    if (write (wake_pipe[1], "x", 1) != 1)
+      nbdkit_debug ("control: wake: %m");
+    pthread_join (accept_thread, NULL);
+    accept_running = false;
+  }
+  pthread_mutex_lock (&lock);
+  stopping = true;
+  for (i = 0; i < nclients; i++)
+    shutdown (client_fds[i], SHUT_RDWR);
+  while (nclients > 0)
+    pthread_cond_wait (&clients_gone, &lock);
+  pthread_mutex_unlock (&lock);
+
+  if (listen_fd >= 0) {
+    close (listen_fd);
+    listen_fd = -1;
+  }
+  if (sock_path) {
+    unlink (sock_path);
+    free (sock_path);
+    sock_path = NULL;
+  }
+  for (i = 0; i < 2; i++)
+    if (wake_pipe[i] >= 0) {
+      close (wake_pipe[i]);
+      wake_pipe[i] = -1;
+    }
+}

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback plugin: parameters (config.h). */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-plugin.h>
+
+#include "params.h"
+
+struct rb_config ramback_params = {
+  .mode = RB_MODE_WRITEBACK,
+  .populate = true,
+  .store.tls_verify_peer = -1,
+};
+const char *ramback_control_path;
+bool ramback_trace;
+
+/* Each parameter may be given once: a repeated key is almost always a
+ * mistake in a unit file, and silently taking the last one hides it.
+ */
+static const char *seen[32];
+static size_t nseen;
+
+static int
+once (const char *key)
+{
+  size_t i;
+
+  for (i = 0; i < nseen; i++)
+    if (strcmp (seen[i], key) == 0) {
+      nbdkit_error ("%s= given more than once", key);
+      return -1;
+    }
+  if (nseen < sizeof seen / sizeof seen[0])
+    seen[nseen++] = key;
+  return 0;
+}
+
+static int
+parse_size (const char *key, const char *value, uint64_t min, uint64_t *out)
+{
+  int64_t r = nbdkit_parse_size (value);
+
+  if (r == -1)
+    return -1;                  /* nbdkit_parse_size printed the error */
+  if ((uint64_t) r < min) {
+    nbdkit_error ("%s=%s: must be at least %" PRIu64, key, value, min);
+    return -1;
+  }
+  *out = r;
+  return 0;
+}
+
+static int
+parse_bool (const char *key, const char *value, bool *out)
+{
+  int r = nbdkit_parse_bool (value);
+
+  if (r == -1)
+    return -1;
+  *out = r;
+  return 0;
+}
+
+static int
+parse_int (const char *key, const char *value, int min, int max, int *out)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (value, &end, 10);
+  if (errno || end == value || *end || v < min || v > max) {
+    nbdkit_error ("%s=%s: expected a whole number from %d to %d",
+                  key, value, min, max);
+    return -1;
+  }
+  *out = (int) v;
+  return 0;
+}
+
+static int
+parse_choice (const char *key, const char *value, const char *a,
+              const char *b, int *out)
+{
+  if (strcmp (value, a) == 0)
+    *out = 0;
+  else if (strcmp (value, b) == 0)
+    *out = 1;
+  else {
+    nbdkit_error ("%s=%s: expected %s or %s", key, value, a, b);
+    return -1;
+  }
+  return 0;
+}
+
+int
+ramback_config_key (const char *key, const char *value)
+{
+  struct rb_config *c = &ramback_params;
+  uint64_t u;
+  int i;
+  bool b;
+
+  if (once (key) == -1)
+    return -1;
+  if (strcmp (key, "back") == 0) {
+    /* Paths are made absolute: nbdkit changes directory to / later. */
+    if (strstr (value, "://"))
+      c->store.uri = value;
+    else if ((c->store.uri = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "ram") == 0) {
+    if ((c->ram = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "size") == 0)
+    return parse_size (key, value, 1, &c->size);
+  else if (strcmp (key, "chunk") == 0) {
+    if (parse_size (key, value, 1, &u) == -1)
+      return -1;
+    if (u < RB_MIN_CHUNK_SIZE || u > RB_MAX_CHUNK_SIZE || (u & (u - 1))) {
+      nbdkit_error ("chunk=%s: the chunk size must be a power of two from "
+                    "%d to %d bytes (e.g. chunk=64K)", value,
+                    RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
+      return -1;
+    }
+    c->chunk_size = u;
+  }
+  else if (strcmp (key, "mode") == 0) {
+    if (parse_choice (key, value, "writeback", "writethrough", &i) == -1)
+      return -1;
+    c->mode = i ? RB_MODE_WRITETHROUGH : RB_MODE_WRITEBACK;
+  }
+  else if (strcmp (key, "fsync") == 0) {
+    if (parse_choice (key, value, "ignore", "wait", &i) == -1)
+      return -1;
+    c->fsync_wait = i;
+  }
+  else if (strcmp (key, "dirty-max") == 0) {
+    if (parse_size (key, value, 1, &c->dirty_max) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "ups-window") == 0) {
+    if (parse_int (key, value, 1, 86400, &i) == -1)
+      return -1;
+    c->ups_window = i;
+  }
+  else if (strcmp (key, "populate-rate") == 0)
+    return parse_size (key, value, 1, &c->populate_rate);
+  else if (strcmp (key, "flush-rate") == 0)
+    return parse_size (key, value, 1, &c->flush_rate);
+  else if (strcmp (key, "populate") == 0)
+    return parse_bool (key, value, &c->populate);
+  else if (strcmp (key, "overcommit") == 0)
+    return parse_bool (key, value, &c->allow_overcommit);
+  else if (strcmp (key, "trace") == 0) {
+    return parse_bool (key, value, &ramback_trace);
+  }
+  else if (strcmp (key, "control") == 0) {
+    if ((ramback_control_path = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "tls-certificates") == 0) {
+    if ((c->store.tls_certificates = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "tls-psk") == 0) {
+    if ((c->store.tls_psk_file = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "tls-username") == 0)
+    c->store.tls_username = value;
+  else if (strcmp (key, "tls-verify") == 0) {
+    if (parse_bool (key, value, &b) == -1)
+      return -1;
+    c->store.tls_verify_peer = b;
+  }
+  else if (strcmp (key, "connections") == 0)
+    return parse_int (key, value, 1, 64, &c->store.connections);
+  else if (strcmp (key, "inflight") == 0)
+    return parse_int (key, value, 1, 1024, &c->store.max_inflight);
+  else {
+    nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
+                  "or nbdkit ramback --help)", key);
+    return -1;
+  }
+  return 0;
+}
+
+int
+ramback_config_check (void)
+{
+  struct rb_config *c = &ramback_params;
+
+  if (c->store.uri == NULL) {
+    nbdkit_error ("the back= parameter is required: the backing file, "
+                  "block device or nbd:// URI that holds the data");
+    return -1;
+  }
+  if (c->size && strstr (c->store.uri, "://")) {
+    nbdkit_error ("size= only applies to a backing file (an NBD export "
+                  "has its own size)");
+    return -1;
+  }
+  if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
+    nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
+                  "write back bandwidth", c->ups_window);
+  return 0;
+}
+
+/* nbdkit_absolute_path() results are freed by nbdkit; nothing of ours
+ * is allocated, but the parameters must not outlive the plugin.
+ */
+void
+ramback_config_free (void)
+{
+  memset (&ramback_params, 0, sizeof ramback_params);
+  ramback_control_path = NULL;
+  nseen = 0;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback plugin: parsing of the nbdkit command line parameters into a
+ * struct rb_config.  Owns the parameter globals; nothing else parses.
+ */
+
+#ifndef RAMBACK_PLUGIN_PARAMS_H
+#define RAMBACK_PLUGIN_PARAMS_H
+
+#include "ramback.h"
+
+extern struct rb_config ramback_params;
+extern const char *ramback_control_path;
+extern bool ramback_trace;
+
+extern int ramback_config_key (const char *key, const char *value);
+extern int ramback_config_check (void);
+extern void ramback_config_free (void);
+
+#define ramback_config_help \
+  "back=PATH|NBD-URI     (required) The backing store.\n" \
+  "ram=PATH                File on tmpfs/hugetlbfs for the RAM image.\n" \
+  "size=SIZE               Create a missing backing file of this size.\n" \
+  "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
+  "mode=writeback|writethrough  Initial mode (default writeback).\n" \
+  "fsync=ignore|wait       Whether FLUSH/FUA wait for the store.\n" \
+  "dirty-max=SIZE          Writers wait above this much dirty data.\n" \
+  "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
+  "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
+  "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
+  "populate=true|false     Populate in the background (default true).\n" \
+  "overcommit=true         Allow a device larger than RAM.\n" \
+  "control=SOCKET          Unix socket for status and control.\n" \
+  "trace=true|false        Trace every request (debug output).\n" \
+  "tls-certificates=DIR tls-psk=FILE tls-username=NAME tls-verify=BOOL\n" \
+  "connections=N inflight=N   NBD backing store options."
+
+#endif /* RAMBACK_PLUGIN_PARAMS_H */

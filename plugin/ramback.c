@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* nbdkit-ramback-plugin: a RAM block device written back to a backing
+ * store.  Only nbdkit glue lives here; the caching core is lib/.
+ *
+ * Lifecycle (nbdkit 1.32):
+ *   .config / .config_complete  parse and check parameters (config.c)
+ *   .get_ready                  open the store, allocate RAM, bind the
+ *                               control socket: every error on bad input
+ *                               surfaces here, before nbdkit forks
+ *   .after_fork                 start the populate and flush threads and
+ *                               the control server (threads do not
+ *                               survive fork)
+ *   .cleanup                    clean stop: drain all dirty data, sync,
+ *                               then stop the control server and free
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NBDKIT_API_VERSION 2
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+#include <nbdkit-plugin.h>
+
+#include "ramback.h"
+#include "params.h"
+#include "control-server.h"
+
+static struct rb *rb;
+
+/* The core's messages: progress to debug output (-v), warnings always. */
+static void
+log_to_nbdkit (enum rb_log_level level, const char *msg)
+{
+  if (level == RB_LOG_WARN)
+    nbdkit_error ("%s", msg);
+  else
+    nbdkit_debug ("%s", msg);
+}
+
+/* Turn the core's per-thread error into nbdkit's. */
+static int
+fail (void)
+{
+  int err = rb_get_errno ();
+
+  nbdkit_error ("%s", rb_get_error () ? rb_get_error () : "failed");
+  nbdkit_set_error (err ? err : EIO);
+  return -1;
+}
+
+static void
+ramback_load (void)
+{
+  rb_set_log (log_to_nbdkit);
+}
+
+static int
+ramback_config (const char *key, const char *value)
+{
+  return ramback_config_key (key, value);
+}
+
+static int
+ramback_config_complete (void)
+{
+  return ramback_config_check ();
+}
+
+static int
+ramback_get_ready (void)
+{
+  rb = rb_open (&ramback_params);
+  if (rb == NULL)
+    return fail ();
+  if (ramback_trace)
+    rb_set_trace (rb, true);
+  if (ramback_control_path &&
+      control_server_bind (ramback_control_path) == -1)
+    return -1;
+  nbdkit_debug ("ramback: %s, %" PRIu64 " bytes in %u-byte chunks",
+                ramback_params.store.uri, rb_get_size (rb),
+                rb_get_chunk_size (rb));
+  return 0;
+}
+
+static int
+ramback_after_fork (void)
+{
+  if (rb_start (rb) == -1)
+    return fail ();
+  return control_server_start (rb);
+}
+
+static void
+ramback_cleanup (void)
+{
+  if (rb == NULL)
+    return;
+  /* Drain while the control socket still answers status requests. */
+  if (rb_shutdown (rb) == -1)
+    nbdkit_error ("clean stop failed: %s: DATA WAS NOT WRITTEN BACK",
+                  rb_get_error ());
+  control_server_stop ();
+  rb_close (rb);
+  rb = NULL;
+  ramback_config_free ();
+}
+
+static void *
+ramback_open (int readonly)
+{
+  return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+static int64_t
+ramback_get_size (void *handle)
+{
+  return rb_get_size (rb);
+}
+
+/* All connections share one RAM image and FLUSH syncs everything, so
+ * what one connection's FLUSH or FUA makes durable is visible and
+ * durable for all of them: multi-conn is safe with fsync=ignore (no
+ * promises to break) and with fsync=wait (a sync covers every
+ * connection's writes).
+ */
+static int
+ramback_can_multi_conn (void *handle)
+{
+  return 1;
+}
+
+static int
+ramback_can_flush (void *handle)
+{
+  return 1;
+}
+
+/* FUA is handled by the core: with fsync=wait a FUA write goes through
+ * to the store and syncs it; with fsync=ignore it is ignored like FLUSH.
+ */
+static int
+ramback_can_fua (void *handle)
+{
+  return NBDKIT_FUA_NATIVE;
+}
+
+static int
+ramback_can_trim (void *handle)
+{
+  return 1;
+}
+
+static int
+ramback_can_zero (void *handle)
+{
+  return 1;
+}
+
+/* Zeroing is a RAM operation, never slower than writing. */
+static int
+ramback_can_fast_zero (void *handle)
+{
+  return 1;
+}
+
+static int
+ramback_can_cache (void *handle)
+{
+  return NBDKIT_CACHE_NATIVE;
+}
+
+static unsigned
+flags_of (uint32_t flags)
+{
+  return (flags & NBDKIT_FLAG_FUA) ? RB_FUA : 0;
+}
+
+static int
+ramback_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+               uint32_t flags)
+{
+  return rb_pread (rb, buf, count, offset) == -1 ? fail () : 0;
+}
+
+static int
+ramback_pwrite (void *handle, const void *buf, uint32_t count,
+                uint64_t offset, uint32_t flags)
+{
+  return rb_pwrite (rb, buf, count, offset, flags_of (flags)) == -1
+    ? fail () : 0;
+}
+
+static int
+ramback_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return rb_zero (rb, count, offset, flags_of (flags)) == -1 ? fail () : 0;
+}
+
+static int
+ramback_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return rb_trim (rb, count, offset, flags_of (flags)) == -1 ? fail () : 0;
+}
+
+static int
+ramback_flush (void *handle, uint32_t flags)
+{
+  return rb_flush (rb) == -1 ? fail () : 0;
+}
+
+static int
+ramback_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return rb_cache (rb, count, offset) == -1 ? fail () : 0;
+}
+
+static struct nbdkit_plugin plugin = {
+  .name              = "ramback",
+  .version           = PACKAGE_VERSION,
+  .longname          = "nbdkit ramback plugin: RAM disk written back to a backing store",
+  .load              = ramback_load,
+  .config            = ramback_config,
+  .config_complete   = ramback_config_complete,
+  .config_help       = ramback_config_help,
+  .magic_config_key  = "back",
+  .get_ready         = ramback_get_ready,
+  .after_fork        = ramback_after_fork,
+  .cleanup           = ramback_cleanup,
+  .open              = ramback_open,
+  .get_size          = ramback_get_size,
+  .can_multi_conn    = ramback_can_multi_conn,
+  .can_flush         = ramback_can_flush,
+  .can_fua           = ramback_can_fua,
+  .can_trim          = ramback_can_trim,
+  .can_zero          = ramback_can_zero,
+  .can_fast_zero     = ramback_can_fast_zero,
+  .can_cache         = ramback_can_cache,
+  .pread             = ramback_pread,
+  .pwrite            = ramback_pwrite,
+  .zero              = ramback_zero,
+  .trim              = ramback_trim,
+  .flush             = ramback_flush,
+  .cache             = ramback_cache,
+  .errno_is_preserved = 0,
+};
+
+NBDKIT_REGISTER_PLUGIN (plugin)
