@@ -87,7 +87,8 @@ rb_open (const struct rb_config *config)
 
   sp = rb->cfg.store;
   sp.create_size = rb->cfg.size;
-  rb->store = rb_store_open (&sp);
+  rb->store = rb->cfg.store_override ? rb->cfg.store_override
+    : rb_store_open (&sp);
   if (rb->store == NULL)
     goto fail;
   if (rb->store->read_only && !rb->cfg.store.read_only) {

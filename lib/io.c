@@ -194,6 +194,13 @@ writethrough (struct rb *rb, const struct req *r)
     return -1;
   }
   apply (rb, r);
+  /* A ZERO chunk that now holds data must not be written back as a
+   * hole later: it is plain dirty now (still under our range, so the
+   * flusher cannot have seen it in between).
+   */
+  if (r->op == OP_WRITE)
+    chunkmap_move (&rb->map, r->c0, r->c1 - r->c0 + 1, CS_BIT (CS_ZERO),
+                   CS_DIRTY, NULL);
   if (store_req (rb, r) == 0) {
     /* Fully covered chunks that were never loaded now match the store.
      * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have

@@ -41,6 +41,10 @@ struct rb_config {
   unsigned ups_window;        /* seconds, 0: off */
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
+  /* Embedders and tests: use this already open store instead of opening
+   * store.uri (rb_close() closes it).
+   */
+  struct rb_store *store_override;
 };
 
 #define RB_DEFAULT_CHUNK_SIZE 65536

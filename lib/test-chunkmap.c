@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* Unit tests of the chunk state map (chunkmap.h) against a byte-per-chunk
+ * model: moves, counters, searches, and the partial last word.
+ */
+
+#include <config.h>
+
+#undef NDEBUG
+#include <glib.h>
+#include <string.h>
+
+#include "chunkmap.h"
+
+static void
+check_model (struct chunkmap *cm, const uint8_t *m, uint64_t n)
+{
+  uint64_t c, dirty = 0, loaded = 0;
+
+  for (c = 0; c < n; c++) {
+    g_assert_cmpint (chunkmap_get (cm, c), ==, m[c]);
+    dirty += m[c] == CS_DIRTY || m[c] == CS_ZERO;
+    loaded += m[c] != CS_EMPTY;
+  }
+  g_assert_cmpuint (chunkmap_dirty (cm), ==, dirty);
+  g_assert_cmpuint (chunkmap_loaded (cm), ==, loaded);
+}
+
+static uint64_t
+model_next (const uint8_t *m, uint64_t n, uint64_t from, unsigned mask)
+{
+  for (; from < n; from++)
+    if (mask & CS_BIT (m[from]))
+      return from;
+  return UINT64_MAX;
+}
+
+static void
+test_random (void)
+{
+  static const uint64_t sizes[] = { 1, 31, 32, 33, 1000, 4099 };
+  size_t s;
+
+  for (s = 0; s < G_N_ELEMENTS (sizes); s++) {
+    uint64_t n = sizes[s];
+    uint8_t *m = g_new0 (uint8_t, n);
+    GRand *r = g_rand_new_with_seed (42 + n);
+    struct chunkmap cm;
+    int op;
+
+    g_assert_cmpint (chunkmap_init (&cm, n), ==, 0);
+    check_model (&cm, m, n);
+    g_assert_cmpuint (chunkmap_next (&cm, 0, CS_BIT (CS_EMPTY)), ==, 0);
+    g_assert_cmpuint (chunkmap_next (&cm, 0, CS_ANY_DIRTY), ==, UINT64_MAX);
+
+    for (op = 0; op < 3000; op++) {
+      uint64_t first = g_rand_int_range (r, 0, n);
+      uint64_t len = g_rand_int_range (r, 1, n - first + 1);
+      unsigned from = g_rand_int_range (r, 1, 16);
+      unsigned to = g_rand_int_range (r, 1, 4);
+      uint64_t moved[4], expect = 0, c, e[4] = { 0, 0, 0, 0 };
+      uint64_t got;
+
+      for (c = first; c < first + len; c++)
+        if ((from & ~CS_BIT (to)) & CS_BIT (m[c])) {
+          e[m[c]]++;
+          expect++;
+          m[c] = to;
+        }
+      got = chunkmap_move (&cm, first, len, from, to, moved);
+      g_assert_cmpuint (got, ==, expect);
+      for (c = 0; c < 4; c++)
+        g_assert_cmpuint (moved[c], ==, e[c]);
+      check_model (&cm, m, n);
+
+      /* Searches agree with the model (and drop stale hints safely). */
+      {
+        uint64_t f = g_rand_int_range (r, 0, n);
+        g_assert_cmpuint (chunkmap_next (&cm, f, CS_ANY_DIRTY), ==,
+                          model_next (m, n, f, CS_ANY_DIRTY));
+        g_assert_cmpuint (chunkmap_next (&cm, f, CS_BIT (CS_EMPTY)), ==,
+                          model_next (m, n, f, CS_BIT (CS_EMPTY)));
+        g_assert_cmpint (chunkmap_all (&cm, first, len, CS_LOADED), ==,
+                         model_next (m, first + len, first,
+                                     CS_BIT (CS_EMPTY)) == UINT64_MAX);
+      }
+      {
+        uint64_t c0 = g_rand_int_range (r, 0, n), run = 0;
+        unsigned mask = CS_BIT (m[c0]);
+        while (c0 + run < n && (mask & CS_BIT (m[c0 + run])))
+          run++;
+        g_assert_cmpuint (chunkmap_run (&cm, c0, n, mask), ==, run);
+      }
+    }
+    chunkmap_free (&cm);
+    g_free (m);
+    g_rand_free (r);
+  }
+}
+
+static void
+test_names (void)
+{
+  g_assert_cmpstr (chunk_state_name (CS_EMPTY), ==, "empty");
+  g_assert_cmpstr (chunk_state_name (CS_ZERO), ==, "zero");
+}
+
+int
+main (int argc, char *argv[])
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/chunkmap/random", test_random);
+  g_test_add_func ("/chunkmap/names", test_names);
+  return g_test_run ();
+}
