@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Helpers of the NBD backing store tests (issue 4), sourced after
+# functions.sh.  The "remote" is a real NBD server started by the test,
+# on a Unix socket in $TMP or on 127.0.0.1.
+#
+#   start_remote NAME NBDKIT-ARGS...  nbdkit in the foreground (background
+#                                 job); sets NAME_uri NAME_sock NAME_pid
+#                                 NAME_log.  Called again with the same
+#                                 NAME it reuses the socket (same URI).
+#   start_qemu_nbd NAME FILE [ARGS]   qemu-nbd on a Unix socket, 8 clients
+#   start_nbd_server NAME FILE        Debian's nbd-server on 127.0.0.1
+#   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is gone
+#   start_rb NAME PLUGIN-ARGS...  start_ramback, remember the job
+#   stop_rb NAME                  SIGTERM; fail unless nbdkit exits 0
+#   rio ARGS...                   remote-io.py (data generator/checker)
+#   wait_status SOCK FIELD VALUE [SECONDS]
+#                                 poll "status json" until FIELD == VALUE
+#   fail MSG                      print FAIL: MSG and exit 1
+
+rio () { /usr/bin/python3 "$top_srcdir/tests/remote-io.py" "$@"; }
+
+fail () { echo "FAIL: $*" >&2; exit 1; }
+
+# Gone means gone or a zombie (the container's init may not reap).
+_gone () {
+    local s
+    [ -r "/proc/$1/stat" ] || return 0
+    s=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+    [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]
+}
+
+_wait_gone () {
+    local i
+    for (( i=0; i<300; i++ )); do
+        _gone "$1" && return 0
+        sleep 0.1
+    done
+    echo "process $1 did not go away" >&2
+    return 1
+}
+
+_wait_socket () {
+    local sock=$1 pid=$2 log=$3 i
+    for (( i=0; i<300; i++ )); do
+        [ -S "$sock" ] && return 0
+        if _gone "$pid"; then
+            echo "server failed to start:" >&2; tail -20 "$log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "server did not create $sock" >&2; tail -20 "$log" >&2
+    return 1
+}
+
+start_remote () {
+    local name=$1; shift
+    local sock="$TMP/$name.rsock" pidf="$TMP/$name.rpid" log="$TMP/$name.rlog"
+    rm -f "$sock" "$pidf"
+    nbdkit -f -v -U "$sock" -P "$pidf" "$@" >>"$log" 2>&1 &
+    local i
+    for (( i=0; i<300; i++ )); do
+        [ -S "$sock" ] && [ -s "$pidf" ] && break
+        kill -0 $! 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ ! -S "$sock" ] || [ ! -s "$pidf" ]; then
+        echo "remote nbdkit $name did not start:" >&2; tail -20 "$log" >&2
+        return 1
+    fi
+    eval "${name}_sock=\$sock ${name}_log=\$log"
+    eval "${name}_pid=\$(cat \$pidf)"
+    eval "${name}_uri=nbd+unix:///?socket=\$sock"
+    cleanup_fn _kill_if_running "$(cat "$pidf")"
+}
+
+start_qemu_nbd () {
+    local name=$1 file=$2; shift 2
+    local sock="$TMP/$name.rsock" log="$TMP/$name.rlog"
+    rm -f "$sock"
+    # -e 8: several clients at once (qemu-nbd then advertises multi-conn);
+    # -t: stay up when ramback disconnects and comes back.
+    qemu-nbd -f raw -t -e 8 -k "$sock" --cache=writeback --discard=unmap \
+        "$@" "$file" >>"$log" 2>&1 &
+    local pid=$!
+    cleanup_fn _kill_if_running "$pid"
+    _wait_socket "$sock" "$pid" "$log" || return 1
+    eval "${name}_sock=\$sock ${name}_log=\$log ${name}_pid=\$pid"
+    eval "${name}_uri=nbd+unix:///?socket=\$sock"
+}
+
+# nbd-server daemonizes (it has no foreground mode): its pid comes from
+# its pid file.  A free port is found by binding port 0; the race with
+# other processes is tolerated by retrying.
+start_nbd_server () {
+    local name=$1 file=$2
+    local conf="$TMP/$name.conf" pidf="$TMP/$name.rpid" log="$TMP/$name.rlog"
+    local port i
+    for (( i=0; i<5; i++ )); do
+        port=$(/usr/bin/python3 -c '
+import socket
+s = socket.socket ()
+s.bind (("127.0.0.1", 0))
+print (s.getsockname ()[1])')
+        cat >"$conf" <<EOF
+[generic]
+    listenaddr = 127.0.0.1
+    port = $port
+    allowlist = false
+[export]
+    exportname = $file
+    flush = true
+    fua = true
+    trim = true
+EOF
+        rm -f "$pidf"
+        nbd-server -C "$conf" -p "$pidf" >>"$log" 2>&1 || true
+        local j
+        for (( j=0; j<50; j++ )); do
+            [ -s "$pidf" ] && nbdinfo --size "nbd://127.0.0.1:$port/export" \
+                >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        if [ -s "$pidf" ] &&
+           nbdinfo --size "nbd://127.0.0.1:$port/export" >/dev/null 2>&1; then
+            eval "${name}_pid=\$(cat \$pidf) ${name}_log=\$log"
+            eval "${name}_uri=nbd://127.0.0.1:\$port/export"
+            cleanup_fn _kill_if_running "$(cat "$pidf")"
+            return 0
+        fi
+        [ -s "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null
+    done
+    echo "nbd-server did not start:" >&2; cat "$log" >&2
+    return 1
+}
+
+kill_remote () {
+    local name=$1 sig=${2:-KILL} pidv=${1}_pid sockv=${1}_sock
+    kill -"$sig" "${!pidv}" 2>/dev/null || true
+    _wait_gone "${!pidv}"
+    # So that a restart does not race with the old socket file.
+    [ -n "${!sockv:-}" ] && rm -f "${!sockv}"
+    return 0
+}
+
+start_rb () {
+    local name=$1
+    start_ramback "$@"
+    eval "${name}_job=\$!"
+}
+
+stop_rb () {
+    local name=$1 pidv=${1}_pid jobv=${1}_job logv=${1}_log rc=0
+    stop_nbdkit "${!pidv}"
+    wait "${!jobv}" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "nbdkit $name exited with status $rc; end of its log:" >&2
+        tail -40 "${!logv}" >&2
+        fail "nbdkit $name did not stop cleanly"
+    fi
+    if grep -E 'ERROR: (Address|Thread|Leak|Undefined)Sanitizer|runtime error:' \
+            "${!logv}" >&2; then
+        fail "sanitizer report in the log of nbdkit $name"
+    fi
+}
+
+wait_status () {
+    local sock=$1 field=$2 value=$3 secs=${4:-60} i v=
+    for (( i=0; i<secs*10; i++ )); do
+        v=$(status_field "$sock" "$field" 2>/dev/null) || v=
+        [ "$v" = "$value" ] && return 0
+        sleep 0.1
+    done
+    echo "status $field is '$v' after ${secs}s, expected '$value'" >&2
+    return 1
+}

@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Tests of NBD backing stores (issue 4): lib/store-nbd.c on its own, and
+# the plugin in front of real NBD servers (nbdkit, qemu-nbd, nbd-server)
+# started by each test on a Unix socket or 127.0.0.1.
+
+TESTS += \
+	test-remote-store.sh \
+	$(NULL)
+
+EXTRA_DIST += \
+	remote-functions.sh \
+	remote-io.py \
+	test-remote-store.sh \
+	$(NULL)
+
+# The store driven directly through its ops table (run by
+# test-remote-store.sh, which starts the servers).
+check_PROGRAMS += test-store-nbd
+test_store_nbd_SOURCES = test-store-nbd.c
+test_store_nbd_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/lib $(LIBNBD_CFLAGS)
+test_store_nbd_LDADD = $(top_builddir)/lib/libramback.la $(LIBNBD_LIBS) $(PTHREAD_LIBS)
