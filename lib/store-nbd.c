@@ -387,6 +387,23 @@ extent_cb (void *vp, const char *metacontext, uint64_t offset,
   return 0;
 }
 
+/* Copy libnbd's message for this thread into why, without the
+ * trailing ": <strerror>" that rb_set_error() appends again.
+ */
+static void
+nbd_reason (char *why, size_t whylen, int err)
+{
+  const char *msg = nbd_get_error ();
+  const char *es = strerror (err);
+  size_t n, m = strlen (es);
+
+  snprintf (why, whylen, "%s", msg ? msg : "unknown error");
+  n = strlen (why);
+  if (n > m + 2 && strcmp (why + n - m, es) == 0 &&
+      strncmp (why + n - m - 2, ": ", 2) == 0)
+    why[n - m - 2] = '\0';
+}
+
 /* Issue one piece on the connection's handle.  Connection thread only. */
 static void
 issue (struct conn *c, struct piece *p)
@@ -432,7 +449,7 @@ issue (struct conn *c, struct piece *p)
     char cause[160];
 
     p->err = nbd_get_errno () ? nbd_get_errno () : EIO;
-    snprintf (cause, sizeof cause, "%s", nbd_get_error ());
+    nbd_reason (cause, sizeof cause, p->err);
     finalize (p, cause);
   }
   else if (p->freed)
@@ -525,7 +542,7 @@ connect_one (struct nbd_store *st, int idx, int timeout_ms,
   h = nbd_create ();
   if (h == NULL) {
     err = nbd_get_errno () ? nbd_get_errno () : ENOMEM;
-    snprintf (why, whylen, "%s", nbd_get_error ());
+    nbd_reason (why, whylen, err);
     errno = err;
     return NULL;
   }
@@ -563,7 +580,7 @@ connect_one (struct nbd_store *st, int idx, int timeout_ms,
 
  fail:
   err = nbd_get_errno () ? nbd_get_errno () : EIO;
-  snprintf (why, whylen, "%s", nbd_get_error ());
+  nbd_reason (why, whylen, err);
   nbd_close (h);
   errno = err;
   return NULL;

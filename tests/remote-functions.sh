@@ -174,3 +174,37 @@ wait_status () {
     echo "status $field is '$v' after ${secs}s, expected '$value'" >&2
     return 1
 }
+
+# roundtrip NAME URI BACKFILE [PLUGIN-ARGS...]
+# The remote serves BACKFILE (already holding some data).  Through
+# ramback: populate, check against a copy of BACKFILE, random writes and
+# zeroes; SIGTERM; BACKFILE must equal the model.  A second ramback on
+# the same remote populates from it and reads back the model.
+roundtrip () {
+    local name=$1 uri=$2 back=$3; shift 3
+    local model="$TMP/$name.model" size
+    size=$(stat -c %s "$back")
+    cp --sparse=always "$back" "$model"
+
+    start_rb "${name}a" back="$uri" "$@"
+    local ctla="${name}a_ctl" uria="${name}a_uri"
+    ctl "${!ctla}" wait-populated 60000
+    [ "$(status_field "${!ctla}" store)" = nbd ] || fail "store is not nbd"
+    [ "$(status_field "${!ctla}" size)" = "$size" ] ||
+        fail "size is not the export's ($size)"
+    [ "$(status_field "${!ctla}" store_state)" = ok ] || fail "store not ok"
+    rio check "${!uria}" "$model"
+    rio write "${!uria}" "$model" "${SEED:-4}" 300
+    rio check "${!uria}" "$model"
+    stop_rb "${name}a"
+    assert_same "$back" "$model"
+
+    start_rb "${name}b" back="$uri" "$@"
+    local ctlb="${name}b_ctl" urib="${name}b_uri"
+    ctl "${!ctlb}" wait-populated 60000
+    [ "$(status_field "${!ctlb}" loaded_bytes)" -gt 0 ] ||
+        fail "nothing was loaded from the remote"
+    rio check "${!urib}" "$model"
+    stop_rb "${name}b"
+    assert_same "$back" "$model"
+}

@@ -5,12 +5,30 @@
 
 TESTS += \
 	test-remote-store.sh \
+	test-remote-nbdkit.sh \
+	test-remote-qemu-nbd.sh \
+	test-remote-nbd-server.sh \
+	test-remote-restart.sh \
+	test-remote-offline.sh \
+	test-remote-errors.sh \
+	test-remote-multiconn.sh \
+	test-remote-holes.sh \
+	test-remote-tls.sh \
 	$(NULL)
 
 EXTRA_DIST += \
 	remote-functions.sh \
 	remote-io.py \
 	test-remote-store.sh \
+	test-remote-nbdkit.sh \
+	test-remote-qemu-nbd.sh \
+	test-remote-nbd-server.sh \
+	test-remote-restart.sh \
+	test-remote-offline.sh \
+	test-remote-errors.sh \
+	test-remote-multiconn.sh \
+	test-remote-holes.sh \
+	test-remote-tls.sh \
 	$(NULL)
 
 # The store driven directly through its ops table (run by
