@@ -277,11 +277,10 @@ ctl_wait_reply (struct ctl *c, int timeout_ms,
         g_ptr_array_unref (lines);
       return TRUE;
     }
-    if (c->in->len > MAX_LINE || memchr (c->in->str, '\0', c->in->len)) {
+    if (c->in->len > MAX_LINE) {
       g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
-                   "%s: reply to '%s' not understood: %s",
-                   c->path, c->request,
-                   c->in->len > MAX_LINE ? "line too long" : "binary data");
+                   "%s: reply to '%s' not understood: line too long",
+                   c->path, c->request);
       goto fail;
     }
 
@@ -339,6 +338,13 @@ ctl_wait_reply (struct ctl *c, int timeout_ms,
       if (n == 0) {
         lost_error (c, c->in->len ? "closed in the middle of a line"
                                   : "closed", err);
+        goto fail;
+      }
+      /* Checked before lines are split: a NUL would cut a line short. */
+      if (memchr (buf, '\0', n)) {
+        g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
+                     "%s: reply to '%s' not understood: binary data",
+                     c->path, c->request);
         goto fail;
       }
       g_string_append_len (c->in, buf, n);

@@ -899,7 +899,7 @@ main (int argc, char **argv)
   setlocale (LC_ALL, "");
 
   if (argc < 2) {
-    general_usage (stderr);
+    usage_error ("ramback", "no command given");
     return CLI_EXIT_USAGE;
   }
   if (strcmp (argv[1], "--help") == 0 || strcmp (argv[1], "-h") == 0 ||

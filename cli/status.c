@@ -268,8 +268,9 @@ status_format_human (GString *out, const struct json_object *st,
 
   KEY ("written back");
   format_size (out, status_u64 (st, "stored_bytes"));
-  g_string_append_printf (out, ", %" PRIu64 " syncs\n",
-                          status_u64 (st, "syncs"));
+  g_string_append_printf (out, ", %" PRIu64 " sync%s\n",
+                          status_u64 (st, "syncs"),
+                          status_u64 (st, "syncs") == 1 ? "" : "s");
   KEY ("throttled");
   g_string_append_printf (out, "%" PRIu64 " writes\n",
                           status_u64 (st, "throttled"));
