@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# tests of the core plugin (issue 2)
+TESTS += \
+	test-model.sh \
+	test-populate.sh \
+	test-mode-toggle.sh \
+	test-fsync-wait.sh \
+	test-dirty-max.sh \
+	test-bad-input.sh \
+	test-enospc.sh \
+	test-fio.sh \
+	test-sigterm-drain.sh \
+	$(NULL)
+EXTRA_DIST += \
+	core-functions.sh \
+	model.py \
+	test-model.sh \
+	test-populate.sh \
+	test-mode-toggle.sh \
+	test-fsync-wait.sh \
+	test-dirty-max.sh \
+	test-bad-input.sh \
+	test-enospc.sh \
+	test-fio.sh \
+	test-sigterm-drain.sh \
+	$(NULL)

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Bad input must fail cleanly and lose nothing.
+#
+# Parameters: each bad one makes nbdkit exit non-zero before serving,
+# with a message on stderr that names the problem (matched below), and
+# the backing file's SHA-256 is unchanged.  Root ignores chmod 0444, so a
+# read-only backing store is made with "chattr +i" and with a read-only
+# bind mount in a private mount namespace; the 100 TiB device lives on a
+# tmpfs there (ext4 files stop at 16 TiB).  A 64 TiB one is served with
+# overcommit=true, and the writes at its start, middle and end reach it.  Without unshare those cases
+# are skipped and the rest still run.
+# Control socket: binary garbage, an overlong line, unknown verbs and bad
+# arguments get ERR replies; the server keeps serving, on the same
+# connection and new ones, and the data written before is intact.
+
+if [ -z "$RAMBACK_TEST_NS" ] &&
+   unshare -m --propagation private true 2>/dev/null; then
+    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
+fi
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+
+back="$TMP/back.img"
+py -c '
+import random, sys
+open (sys.argv[1], "wb").write (random.Random (5).randbytes (8 << 20))' "$back"
+sum0=$(sha "$back")
+ncases=0
+
+# expect_fail DESCRIPTION ERE PLUGIN-ARGS...
+expect_fail () {
+    local desc=$1 re=$2 rc=0; shift 2
+    rm -f "$TMP/bad.sock"
+    timeout 20 "${nbdkit_env[@]}" "$NBDKIT" -f -U "$TMP/bad.sock" \
+        "$PLUGIN" "$@" >"$TMP/bad.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        cat "$TMP/bad.out"
+        fail "$desc: nbdkit accepted it (exit status $rc)"
+    fi
+    if ! grep -Eqi -- "$re" "$TMP/bad.out"; then
+        cat "$TMP/bad.out"
+        fail "$desc: no error message matching /$re/"
+    fi
+    if grep -Eq 'Sanitizer|runtime error|Segmentation|Aborted|core dumped' \
+            "$TMP/bad.out"; then
+        cat "$TMP/bad.out"
+        fail "$desc: crashed instead of failing cleanly"
+    fi
+    [ "$(sha "$back")" = "$sum0" ] || fail "$desc: the backing file changed"
+    ncases=$((ncases + 1))
+    echo "ok: $desc: $(grep -Ei -m1 -- "$re" "$TMP/bad.out")"
+}
+
+quiet_umount () { umount -l "$1" 2>/dev/null || true; }
+
+parse='could not parse|cannot be negative|exceeds maximum|expected|must be'
+new="$TMP/new.img"
+b="back=$back"
+
+expect_fail "unknown key"          "unknown parameter 'frobnicate'" "$b" frobnicate=1
+expect_fail "key given twice"      "more than once"   "$b" chunk=4K chunk=8K
+expect_fail "size=abc"             "$parse"           back="$new" size=abc
+expect_fail "size=10Q"             "$parse"           back="$new" size=10Q
+expect_fail "size=-1"              "$parse"           back="$new" size=-1
+expect_fail "size= empty"          "$parse"           back="$new" size=
+expect_fail "size=0"               "$parse"           back="$new" size=0
+expect_fail "size overflow"        "$parse"           back="$new" size=99999999999999999999
+expect_fail "chunk=abc"            "$parse"           "$b" chunk=abc
+expect_fail "chunk=3000"           "power of two"     "$b" chunk=3000
+expect_fail "chunk=96K"            "power of two"     "$b" chunk=96K
+expect_fail "chunk=256 (too small)" "power of two.*512" "$b" chunk=256
+expect_fail "chunk=128M (too large)" "power of two"   "$b" chunk=128M
+expect_fail "chunk=0"              "power of two|$parse" "$b" chunk=0
+expect_fail "mode=bogus"           "mode=bogus.*writeback.*writethrough" "$b" mode=bogus
+expect_fail "fsync=bogus"          "fsync=bogus.*ignore.*wait" "$b" fsync=bogus
+expect_fail "dirty-max=0"          "dirty-max=0"      "$b" dirty-max=0
+expect_fail "dirty-max=garbage"    "$parse"           "$b" dirty-max=lots
+expect_fail "flush-rate=1.5.5"     "$parse"           "$b" flush-rate=1.5.5
+expect_fail "populate-rate=-5"     "$parse"           "$b" populate-rate=-5
+expect_fail "populate=maybe"       "boolean|maybe"    "$b" populate=maybe
+expect_fail "overcommit=perhaps"   "boolean|perhaps"  "$b" overcommit=perhaps
+expect_fail "missing back="        "back= parameter is required" size=1M
+expect_fail "back= missing, no size=" "does not exist.*size=" back="$TMP/nonexistent.img"
+[ ! -e "$TMP/nonexistent.img" ] || fail "a failed start created the backing file"
+expect_fail "size= smaller than the backing" "size=.*must match|bytes but size=" "$b" size=4M
+expect_fail "size= larger than the backing"  "size=.*must match|bytes but size=" "$b" size=16M
+: > "$TMP/empty.img"
+expect_fail "empty backing file"   "empty"            back="$TMP/empty.img"
+mkdir "$TMP/dir"
+expect_fail "back= a directory"    "directory|not a regular file" back="$TMP/dir"
+
+# A device larger than RAM (24 GiB here; 2 TiB on ext4 is sparse).
+expect_fail "2T device, no overcommit" "larger than.*overcommit=true" back="$new" size=2T
+rm -f "$new"
+
+# Read-only backing stores.  chmod does not stop root; chattr +i does.
+if chattr +i "$back" 2>/dev/null; then
+    cleanup_fn chattr -i "$back"
+    expect_fail "immutable backing (chattr +i)" "cannot open.*for writing|read-only|Operation not permitted" "$b"
+    chattr -i "$back"
+else
+    echo "skip: chattr +i is not supported on $TMP"
+fi
+if [ -n "$RAMBACK_TEST_NS" ] && mount --bind -o ro "$back" "$back"; then
+    cleanup_fn quiet_umount "$back"
+    expect_fail "read-only mount" "cannot open.*for writing|Read-only file system" "$b"
+    umount "$back"
+else
+    echo "skip: no private mount namespace for a read-only bind mount"
+fi
+
+# 100 TiB sparse: refused without overcommit=true.  With it, 64 TiB is
+# served: more cannot be mapped at all, as x86-64 user space is 128 TiB
+# and a PIE nbdkit sits at 0x55..., leaving holes of ~85 and ~42 TiB.
+big=
+if [ -n "$RAMBACK_TEST_NS" ] && mkdir "$TMP/big" &&
+   mount -t tmpfs -o size=64M tmpfs "$TMP/big"; then
+    cleanup_fn quiet_umount "$TMP/big"
+    big="$TMP/big/huge.img"
+    expect_fail "100T device, no overcommit" "larger than.*overcommit=true" \
+        back="$big" size=100T
+    rm -f "$big"
+else
+    echo "skip: no tmpfs for a 100 TiB sparse file; using 2T on $TMP"
+    big="$TMP/huge.img"
+fi
+echo "$ncases bad parameter sets rejected, backing file unchanged"
+
+if [ "$big" = "$TMP/huge.img" ]; then bigsize=2T; else bigsize=64T; fi
+start_rb huge -- back="$big" size=$bigsize overcommit=true chunk=1M
+py - "$huge_uri" "$huge_ctl" <<'EOF'
+import sys
+import model as M
+h = M.connect (sys.argv[1])
+ctl = M.Control (sys.argv[2])
+size = h.get_size ()
+ctl ("wait-populated 30000")
+for off in (0, size // 3 + 12345, size - 5):
+    h.pwrite (b"ramback", off if off + 7 <= size else size - 7)
+h.flush ()
+for off in (0, size // 3 + 12345, size - 7):
+    if h.pread (7, off) != b"ramback":
+        M.fail ("huge device: bad read-back at %d" % off)
+st = ctl.status ()
+M.log ("huge device: %d bytes, %d chunks, served with overcommit=true" %
+       (size, st["chunks"]))
+h.shutdown ()
+EOF
+stop_rb huge
+py - "$big" <<'EOF'
+import os, sys
+size = os.stat (sys.argv[1]).st_size
+with open (sys.argv[1], "rb") as f:
+    for off in (0, size // 3 + 12345, size - 7):
+        f.seek (off)
+        if f.read (7) != b"ramback":
+            print ("FAIL: huge backing file lacks the write at %d" % off)
+            sys.exit (1)
+print ("huge backing file holds the writes")
+EOF
+rm -f "$big"
+
+# Garbage on the control socket.
+start_rb rb -- "$b"
+py - "$rb_uri" "$rb_ctl" "$back" "$TMP/model.img" <<'EOF'
+import json, os, random, socket, stat, sys, time
+import model as M
+
+uri, ctlpath, back, modelf = sys.argv[1:]
+
+def expect_err (c, line, what, errname="EINVAL"):
+    final, data = c.raw (line)
+    if not final.startswith ("ERR "):
+        M.fail ("%s: reply %r, expected ERR" % (what, final))
+    if errname and final.split ()[1] != errname:
+        M.fail ("%s: reply %r, expected ERR %s" % (what, final, errname))
+    M.log ("ok: %s -> %s" % (what, final))
+
+def body ():
+    rng = random.Random (99)
+    mode = stat.S_IMODE (os.stat (ctlpath).st_mode)
+    if mode != 0o600:
+        M.fail ("control socket mode %o, expected 600" % mode)
+    m = M.Model.from_file (back)
+    h = M.connect (uri)
+    for _ in range (20):
+        off, n = M.rand_extent (rng, m.size, 65536, 1 << 20)
+        data = rng.randbytes (n)
+        h.pwrite (data, off)
+        m.write (off, data)
+
+    c = M.Control (ctlpath)
+    for i in range (20):
+        # Starts with a control character: never a valid request, never
+        # an empty line.
+        junk = b"\x01" + bytes (b for b in rng.randbytes (rng.randrange (1, 500))
+                               if b not in (10, 13))
+        expect_err (c, junk, "random bytes #%d" % i, None)
+    for line, what in (("frobnicate", "unknown verb"),
+                       ("mode", "mode with no argument"),
+                       ("mode bogus", "mode bogus"),
+                       ("sync soon", "sync with a bad timeout"),
+                       ("wait-populated forever", "wait-populated bad timeout"),
+                       ("trace maybe", "trace with a bad argument"),
+                       ("trace", "trace with no argument")):
+        expect_err (c, line, what)
+    if c.status ()["mode"] != "writeback":
+        M.fail ("garbage changed the mode")
+    c ("help")
+
+    # An overlong line: an error, then the server closes this connection.
+    final, _ = c.raw (b"A" * 2000)
+    if not (final.startswith ("ERR EINVAL") and "too long" in final):
+        M.fail ("overlong line: reply %r" % final)
+    try:
+        rest = c.f.readline ()
+    except ConnectionResetError:    # closed with our bytes still unread
+        rest = b""
+    if rest != b"":
+        M.fail ("the connection stayed open after an overlong line")
+    M.log ("ok: overlong line -> %s, connection closed" % final)
+    c.close ()
+
+    # A megabyte without a newline must not be buffered forever.
+    s = socket.socket (socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout (30)
+    s.connect (ctlpath)
+    try:
+        s.sendall (b"x" * (1 << 20))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    try:
+        reply = s.recv (4096)
+    except ConnectionResetError:
+        reply = b""
+    if reply and not reply.startswith (b"ERR"):
+        M.fail ("1 MiB without newline: reply %r" % reply[:80])
+    s.close ()
+    M.log ("ok: 1 MiB without a newline -> %r" % reply[:60])
+
+    # Half requests and abrupt disconnects; then many clients at once.
+    for _ in range (50):
+        s = socket.socket (socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect (ctlpath)
+        s.sendall (b"sta")
+        s.close ()
+    # More clients at once than the server takes (16 today): the first
+    # ones are served, the rest may be turned away, and once they are all
+    # gone a new client is served again.
+    cs = [M.Control (ctlpath) for _ in range (24)]
+    served = 0
+    for x in cs:
+        try:
+            final, data = x.raw ("status json")
+        except (ConnectionResetError, BrokenPipeError):
+            final = "closed"
+        if final == "OK":
+            served += 1
+            if json.loads (data[0])["size"] != m.size:
+                M.fail ("status from a new connection is wrong")
+    for x in cs:
+        x.close ()
+    if served < 8:
+        M.fail ("only %d of 24 simultaneous control clients were served" % served)
+    M.log ("ok: %d of 24 simultaneous control clients served" % served)
+    # The server notices the closed clients asynchronously: poll.
+    for attempt in range (200):
+        try:
+            final, _ = M.Control (ctlpath).raw ("status")
+        except (ConnectionResetError, BrokenPipeError):
+            final = "closed"
+        if final == "OK":
+            break
+        time.sleep (0.05)
+    else:
+        M.fail ("no control client served after the crowd left: %r" % final)
+
+    m.check_nbd (h, "device after control-socket garbage")
+    for _ in range (10):
+        off, n = M.rand_extent (rng, m.size, 65536, 1 << 20)
+        data = rng.randbytes (n)
+        h.pwrite (data, off)
+        m.write (off, data)
+    h.shutdown ()
+    M.Control (ctlpath).sync ()
+    m.check_file (back, "backing file after sync")
+    m.save (modelf)
+
+M.main (body)
+EOF
+stop_rb rb
+assert_same "$back" "$TMP/model.img"
+echo "control socket garbage: server kept serving, backing == model"
