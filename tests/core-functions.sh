@@ -7,6 +7,7 @@
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   fail MSG               print FAIL: MSG and exit 1
 #   sha FILE               SHA-256 of FILE
+#   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
 
 export PYTHONPATH="$top_srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -38,4 +39,26 @@ stop_rb () {
             "${!logv}" >&2; then
         fail "sanitizer report in the log of nbdkit $name"
     fi
+}
+
+# start_backing NAME NBDKIT-ARGS...: a plain nbdkit (no ramback) on a
+# Unix socket in $TMP, to serve as ramback's NBD backing store.  Sets
+# NAME_uri, NAME_pid, NAME_log.  Stop it with stop_nbdkit "$NAME_pid".
+start_backing () {
+    local name=$1; shift
+    local sock="$TMP/$name.bsock" pidf="$TMP/$name.bpid" log="$TMP/$name.blog" i
+    rm -f "$sock" "$pidf"
+    nbdkit -f -U "$sock" -P "$pidf" "$@" >"$log" 2>&1 &
+    for (( i=0; i<300; i++ )); do
+        [ -S "$sock" ] && [ -s "$pidf" ] && break
+        if ! kill -0 $! 2>/dev/null; then
+            tail -20 "$log" >&2
+            fail "backing nbdkit $name did not start"
+        fi
+        sleep 0.1
+    done
+    [ -S "$sock" ] || fail "backing nbdkit $name did not create $sock"
+    eval "${name}_pid=\$(cat \"\$pidf\") ${name}_log=\$log"
+    eval "${name}_uri=nbd+unix:///?socket=\$sock"
+    cleanup_fn _kill_if_running "$(cat "$pidf")"
 }

@@ -10,10 +10,12 @@ TESTS += \
 	test-enospc.sh \
 	test-fio.sh \
 	test-sigterm-drain.sh \
+	test-error-backing.sh \
 	$(NULL)
 EXTRA_DIST += \
 	core-functions.sh \
 	model.py \
+	volatile-disk.sh \
 	test-model.sh \
 	test-populate.sh \
 	test-mode-toggle.sh \
@@ -23,4 +25,5 @@ EXTRA_DIST += \
 	test-enospc.sh \
 	test-fio.sh \
 	test-sigterm-drain.sh \
+	test-error-backing.sh \
 	$(NULL)

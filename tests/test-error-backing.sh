@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# A backing store that starts failing, then recovers; fsync=wait.
+#
+# A. back= an NBD export: nbdkit file behind the error filter, which
+#    fails every request with EIO while a trigger file exists.  Healthy
+#    writes + FLUSH reach the file.  Then the store fails: writes still
+#    complete in RAM, status shows store_errors, EIO and store_state
+#    failing, every byte reads back from RAM, NBD FLUSH and control
+#    "sync" fail (not hang, not succeed), a writethrough write fails with
+#    EIO.  Trigger removed: sync succeeds, the file equals the model,
+#    and again after SIGTERM.
+# B. fsyncgate: back= a disk with a volatile write cache
+#    (volatile-disk.sh) whose failing FLUSH throws away every write since
+#    the last good one, while the writes themselves had "succeeded".
+#    After recovery the durable image must still equal the model: the
+#    core must not trust writes that no successful sync confirmed, and
+#    must not trust a retried sync either.
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+
+size=$(( 8 * 1024 * 1024 + 12345 ))
+
+cat > "$TMP/fail.py" <<'EOF'
+import os, random, sys, threading
+import nbd
+import model as M
+
+uri, ctlpath, durable, trigger, modelf, part = sys.argv[1:]
+
+def flush_must_fail (uri, what):
+    res = []
+    def run ():
+        try:
+            h = M.connect (uri)
+            h.flush ()
+            res.append ("ok")
+        except nbd.Error as e:
+            res.append (e)
+    t = threading.Thread (target=run, daemon=True)
+    t.start ()
+    t.join (30)
+    if t.is_alive ():
+        M.fail ("%s: NBD FLUSH blocked for 30 s instead of failing" % what)
+    if res == ["ok"]:
+        M.fail ("%s: NBD FLUSH succeeded with fsync=wait" % what)
+    M.log ("ok: %s: NBD FLUSH failed: %s" % (what, res[0]))
+
+def writes (h, m, rng, n):
+    for _ in range (n):
+        off, ln = M.rand_extent (rng, m.size, 65536, 256 * 1024)
+        data = rng.randbytes (ln)
+        h.pwrite (data, off)
+        m.write (off, data)
+
+soft = []     # failures that need not stop the rest of the checks
+
+def body ():
+    rng = random.Random ("fail-" + part)
+    ctl = M.Control (ctlpath)
+    ctl ("wait-populated 30000")
+    m = M.Model.from_file (modelf)
+    h = M.connect (uri)
+    m.check_nbd (h, "device after populate")
+
+    writes (h, m, rng, 20)
+    h.flush ()
+    ctl.sync ()
+    m.check_file (durable, "durable image after FLUSH while healthy")
+    errors0 = ctl.status ()["store_errors"] + ctl.status ()["sync_errors"]
+
+    open (trigger, "w").close ()
+    M.log ("backing store now failing")
+    writes (h, m, rng, 20)
+    try:
+        ctl.sync (3000)
+        M.fail ("control sync succeeded while the store fails")
+    except M.ControlError as e:
+        if e.errname not in ("EIO", "ETIMEDOUT"):
+            M.fail ("control sync: %s" % e)
+        M.log ("ok: control sync failed: %s" % e.reply)
+    st = ctl.status ()
+    M.log ("failing: store_errors=%d sync_errors=%d last_errno=%r last_error=%r "
+           "store_state=%s dirty_bytes=%d unsynced_bytes=%d"
+           % (st["store_errors"], st["sync_errors"], st["last_errno"],
+              st["last_error"], st["store_state"], st["dirty_bytes"],
+              st["unsynced_bytes"]))
+    if st["store_errors"] + st["sync_errors"] <= errors0:
+        M.fail ("no store or sync error counted: %r" % st)
+    if st["last_errno"] != "EIO":
+        M.fail ("last_errno %r, expected EIO" % st["last_errno"])
+    if st["dirty_bytes"] + st["unsynced_bytes"] == 0:
+        M.fail ("nothing dirty or unsynced after failures: %r" % st)
+    m.check_nbd (h, "device while the store fails")
+    flush_must_fail (uri, part)
+    # The injected failure must really have kept data from the store, or
+    # the recovery below proves nothing.
+    try:
+        m.check_file (durable, "durable image while failing")
+        M.fail ("the durable image already equals the model: no failure "
+                "was injected")
+    except M.TestFailure as e:
+        if "no failure" in str (e):
+            raise
+
+    redo = []
+    if part == "A":
+        if st["store_state"] != "failing":
+            soft.append ("store_state %r while every write to the store fails, "
+                         "expected failing" % st["store_state"])
+            M.log ("FAIL (reported at the end): " + soft[-1])
+        ctl ("mode writethrough")
+        off = 3 * M.MiB + 17
+        try:
+            h.pwrite (rng.randbytes (100000), off)
+            M.fail ("a writethrough write succeeded while the store fails")
+        except nbd.Error as e:
+            if e.errno != "EIO":
+                M.fail ("writethrough write failed with %s, expected EIO" % e.errno)
+            M.log ("ok: writethrough write failed: %s" % e)
+        redo.append ((off, 100000))
+        ctl ("mode writeback")
+
+    os.unlink (trigger)
+    M.log ("backing store healthy again")
+    ctl.sync (60000)
+    for off, n in redo:
+        data = rng.randbytes (n)
+        h.pwrite (data, off)
+        m.write (off, data)
+    writes (h, m, rng, 5)
+    h.flush ()
+    st = ctl.status ()
+    if st["dirty_bytes"] != 0 or st["unsynced_bytes"] != 0:
+        M.fail ("after recovery, FLUSH: dirty %d unsynced %d"
+                % (st["dirty_bytes"], st["unsynced_bytes"]))
+    m.check_file (durable, "durable image after recovery")
+    m.check_nbd (h)
+    h.shutdown ()
+    m.save (modelf)
+    M.log ("part %s: recovered, durable image == model" % part)
+    if soft:
+        # Exit 3: failed, but the model is saved and the shell goes on.
+        for f in soft:
+            print ("FAIL: " + f, file=sys.stderr)
+        sys.exit (3)
+
+M.main (body)
+EOF
+
+mk_image () {
+    py -c '
+import random, sys
+open (sys.argv[1], "wb").write (random.Random (sys.argv[1]).randbytes (int (sys.argv[2])))' "$1" "$2"
+}
+
+echo "=== A: error filter on an nbdkit file export"
+img="$TMP/a.img"
+mk_image "$img" "$size"
+cp "$img" "$TMP/a.model"
+start_backing ba --filter=error file "$img" \
+    error=EIO error-rate=100% error-file="$TMP/a.fail"
+start_rb rb -- back="$ba_uri" fsync=wait
+soft_rc=0
+py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$img" "$TMP/a.fail" "$TMP/a.model" A || soft_rc=$?
+[ "$soft_rc" -eq 0 ] || [ "$soft_rc" -eq 3 ] || fail "part A"
+stop_rb rb
+assert_same "$img" "$TMP/a.model"
+stop_nbdkit "$ba_pid"
+grep -c 'injecting' "$ba_log" | sed 's/^/errors injected: /' || true
+
+echo "=== B: volatile write cache lost on a failed FLUSH (fsyncgate)"
+export VOLATILE_IMG="$TMP/b.volatile" DURABLE_IMG="$TMP/b.durable"
+export VOLATILE_LIST="$TMP/b.list" VOLATILE_FAIL="$TMP/b.fail"
+mk_image "$DURABLE_IMG" "$size"
+cp "$DURABLE_IMG" "$VOLATILE_IMG"
+cp "$DURABLE_IMG" "$TMP/b.model"
+: > "$VOLATILE_LIST"
+start_backing bb sh "$top_srcdir/tests/volatile-disk.sh"
+start_rb rb -- back="$bb_uri" fsync=wait
+rc=0
+py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$DURABLE_IMG" "$VOLATILE_FAIL" "$TMP/b.model" B || rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || fail "part B"
+[ "$rc" -eq 0 ] || soft_rc=$rc
+stop_rb rb
+assert_same "$DURABLE_IMG" "$TMP/b.model"
+stop_nbdkit "$bb_pid"
+echo "durable image == model after SIGTERM"
+[ "$soft_rc" -eq 0 ] || fail "see the FAIL lines above"
