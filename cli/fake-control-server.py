@@ -10,7 +10,8 @@
 #   badfinal  reply "OKAY"
 #   binary    reply with NUL bytes
 #   hangup    close the connection without a reply
-#   silent    read the request and never reply
+#   nosync    answer "status json" with a plausible status, never
+#             answer anything else
 # Writes its pid to SOCKET.pid once listening; serves until killed.
 import os
 import socket
@@ -25,16 +26,21 @@ replies = {
     "badfinal": b"OKAY\n",
     "binary": b"\x00\x01\x02\x03\n",
 }
-if behaviour not in replies and behaviour not in ("hangup", "silent"):
+status = (b'{"mode":"writeback","populated":true,"progress":1,'
+          b'"size":1048576,"dirty_bytes":0,"inflight_bytes":0,'
+          b'"stored_bytes":0}\nOK\n')
+if behaviour not in replies and behaviour not in ("hangup", "nosync"):
     sys.exit("unknown behaviour " + behaviour)
 
 
 def serve(conn):
     f = conn.makefile("rb")
-    for _ in f:
+    for line in f:
         if behaviour == "hangup":
             break
-        if behaviour == "silent":
+        if behaviour == "nosync":
+            if line.strip () == b"status json":
+                conn.sendall (status)
             continue
         conn.sendall(replies[behaviour])
     conn.close()

@@ -544,6 +544,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
   struct json_object *st = NULL;
   double t0 = cli_now ();
   GError *perr = NULL;
+  char *errno_name = NULL;
   gboolean ok;
 
   w.pending0 = status_pending_bytes (st0);
@@ -558,7 +559,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
   ok = ctl_send (c, req, err) &&
     ctl_wait_reply (c, ms >= 0 ? ms + REPLY_GRACE_MS : -1,
                     w.poll ? wait_tick : NULL, &w, PROGRESS_INTERVAL_MS,
-                    NULL, NULL, err);
+                    NULL, &errno_name, err);
   *seconds = cli_now () - t0;
   if (ok)
     st = status_fetch (c, err);
@@ -568,8 +569,11 @@ wait_request (struct ctl *c, enum wait_kind kind,
     progress_done (stderr);
   }
 
-  /* Say how far it got: a timeout is not the end of the drain. */
-  if (!ok && g_error_matches (*err, RAMBACK_CLI_ERROR, CLI_EXIT_TIMEOUT)) {
+  /* The plugin kept the timeout (ETIMEDOUT; if it did not answer at
+   * all the connection is no use any more): say how far it got, as the
+   * drain or populate goes on.
+   */
+  if (!ok && errno_name && strcmp (errno_name, "ETIMEDOUT") == 0) {
     struct json_object *now = status_fetch (c, &perr);
     GString *m = g_string_new (NULL);
 
@@ -590,6 +594,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
     g_string_free (m, TRUE);
   }
   ctl_close (w.poll);
+  g_free (errno_name);
   g_free (req);
   return st;
 }
@@ -767,8 +772,12 @@ cmd_ups (char **args, GError **err)
     ok = do_sync (c, &r, err);
   if (ok)
     ok = (after = status_fetch (c, err)) != NULL;
-  if (!ok && ev == UPS_LOWBATT && before && err && *err)
-    g_prefix_error (err, "(mode %s set) ", want);
+  /* The mode did change: a script must not think nothing happened. */
+  if (!ok && ev == UPS_LOWBATT && before && *err) {
+    char *m = g_strdup_printf ("%s (mode %s is set)", (*err)->message, want);
+    g_free ((*err)->message);
+    (*err)->message = m;
+  }
 
   if (ok && opt_json) {
     GString *o = result_new ("ups", socket);

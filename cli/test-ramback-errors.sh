@@ -166,8 +166,8 @@ run_rb 5 mode writeback "$TMP/badfinal.ctl"
 fake hangup
 run_rb 4 status "$TMP/hangup.ctl"
 expect_err "connection lost"
-# A plugin that never answers: the --timeout is the plugin's to keep,
-# ramback gives up 10 s after it.
-fake silent
-run_rb 7 sync --timeout=0 "$TMP/silent.ctl"
-expect_err "no reply"
+# A plugin that never answers sync: the --timeout is the plugin's to
+# keep, ramback gives up 10 s after it.
+fake nosync
+run_rb 7 sync --timeout=0 "$TMP/nosync.ctl"
+expect_err "no reply to 'sync 0' within 10\.0 s"
