@@ -51,7 +51,6 @@ struct run {
   uint64_t first, n;
   enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
   uint64_t taken;               /* chunks moved to CLEAN by us */
-  struct rl_node node;
 };
 
 /* Wait up to ns on the flusher's condition; returns early on stop. */
@@ -139,16 +138,24 @@ static int
 store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
 {
   struct rb_io ios[BATCH_RUNS];
+  struct rl_node nodes[BATCH_RUNS];
   uint64_t bytes = 0;
   int first_err = 0;
   size_t i;
 
   for (i = 0; i < k; i++) {
     uint64_t off = chunk_offset (rb, runs[i].first);
-    uint64_t len = chunks_bytes (rb, runs[i].first, runs[i].n);
+    nodes[i] = (struct rl_node) {
+      .start = off, .end = off + chunks_bytes (rb, runs[i].first, runs[i].n),
+      .kind = RL_STORE,
+    };
+  }
+  rangelock_acquire_batch (&rb->rl, nodes, k);
+
+  for (i = 0; i < k; i++) {
+    uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
     unsigned from = runs[i].kind == CS_ZERO ? CS_BIT (CS_ZERO) : CS_ANY_DIRTY;
 
-    rangelock_acquire (&rb->rl, &runs[i].node, off, off + len, RL_STORE);
     runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
                                    from, CS_CLEAN, NULL);
     rb_atomic_add (&rb->inflight_chunks, runs[i].taken);
@@ -178,7 +185,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
         bytes += ios[i].count;
     }
     rb_atomic_sub (&rb->inflight_chunks, runs[i].taken);
-    rangelock_release (&rb->rl, &runs[i].node);
+    rangelock_release (&rb->rl, &nodes[i]);
   }
 
   if (bytes)

@@ -111,7 +111,7 @@ static void
 apply (struct rb *rb, const struct req *r)
 {
   if (r->op == OP_WRITE)
-    memcpy (rb->ram.base + r->offset, r->buf, r->count);
+    ramimage_copy_in (&rb->ram, r->offset, r->buf, r->count);
   else
     ramimage_zero (&rb->ram, r->offset, r->count);
 }
@@ -302,7 +302,7 @@ rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
   if (ensure_loaded (rb, chunk_of (rb, offset),
                      chunk_of (rb, offset + count - 1)) == -1)
     return -1;
-  memcpy (buf, rb->ram.base + offset, count);
+  ramimage_copy_out (&rb->ram, offset, buf, count);
   return 0;
 }
 

@@ -186,9 +186,15 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
 
   for (i = 0; i < k; i++) {
     uint64_t off = chunk_offset (rb, runs[i][0]);
-    uint64_t len = chunks_bytes (rb, runs[i][0], runs[i][1]);
+    nodes[i] = (struct rl_node) {
+      .start = off, .end = off + chunks_bytes (rb, runs[i][0], runs[i][1]),
+      .kind = RL_LOAD,
+    };
+  }
+  rangelock_acquire_batch (&rb->rl, nodes, k);
+  for (i = 0; i < k; i++) {
+    uint64_t off = nodes[i].start;
 
-    rangelock_acquire (&rb->rl, &nodes[i], off, off + len, RL_LOAD);
     /* A demand load may have got here first: load only what is still
      * EMPTY, which under the range means exactly the leading run.
      */

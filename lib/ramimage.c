@@ -120,7 +120,7 @@ ramimage_close (struct ramimage *ri)
   ri->fd = -1;
 }
 
-void
+void __attribute__ ((noinline))
 ramimage_zero (struct ramimage *ri, uint64_t offset, uint64_t count)
 {
   uint64_t ps = page_size ();
@@ -142,4 +142,18 @@ ramimage_zero (struct ramimage *ri, uint64_t offset, uint64_t count)
     }
   }
   memset (ri->base + offset, 0, count);
+}
+
+void __attribute__ ((noinline))
+ramimage_copy_in (struct ramimage *ri, uint64_t offset, const void *buf,
+                  uint64_t count)
+{
+  memcpy (ri->base + offset, buf, count);
+}
+
+void __attribute__ ((noinline))
+ramimage_copy_out (struct ramimage *ri, uint64_t offset, void *buf,
+                   uint64_t count)
+{
+  memcpy (buf, ri->base + offset, count);
 }

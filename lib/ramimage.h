@@ -36,4 +36,16 @@ extern void ramimage_close (struct ramimage *ri);
 extern void ramimage_zero (struct ramimage *ri, uint64_t offset,
                            uint64_t count);
 
+/* Copy application data into or out of the image.  These are the only
+ * places that touch image bytes on behalf of the application, on
+ * purpose without any lock: a write may change bytes that the flusher
+ * is writing to the store at that moment.  That race is benign by
+ * design (the chunk is re-dirtied after the copy, so it is stored again)
+ * and lib/tsan.supp names these functions for ThreadSanitizer.
+ */
+extern void ramimage_copy_in (struct ramimage *ri, uint64_t offset,
+                              const void *buf, uint64_t count);
+extern void ramimage_copy_out (struct ramimage *ri, uint64_t offset,
+                               void *buf, uint64_t count);
+
 #endif /* RAMBACK_RAMIMAGE_H */

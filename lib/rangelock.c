@@ -161,6 +161,31 @@ rangelock_acquire (struct rangelock *rl, struct rl_node *n,
 }
 
 void
+rangelock_acquire_batch (struct rangelock *rl, struct rl_node *nodes,
+                         size_t k)
+{
+  uint64_t seq;
+  size_t i;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
+  seq = ++rl->seq;
+  for (i = 0; i < k; i++) {
+    struct rl_node *n = &nodes[i];
+    assert (n->start < n->end);
+    n->seq = seq;
+    n->max_end = n->end;
+    n->left = n->right = NULL;
+    n->prio = next_rand (rl);
+    rl->root = insert (rl->root, n);
+    rl->held++;
+    rl->held_bytes[n->kind] += n->end - n->start;
+  }
+  for (i = 0; i < k; i++)
+    while (earlier_overlap (rl->root, nodes[i].start, nodes[i].end, seq))
+      rb_cond_wait (&rl->released, &rl->lock);
+}
+
+void
 rangelock_release (struct rangelock *rl, struct rl_node *n)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);

@@ -24,6 +24,7 @@
 #define RAMBACK_RANGELOCK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "env.h"
@@ -64,6 +65,15 @@ extern void rangelock_acquire (struct rangelock *rl, struct rl_node *n,
                                uint64_t start, uint64_t end,
                                enum rl_kind kind);
 extern void rangelock_release (struct rangelock *rl, struct rl_node *n);
+
+/* Acquire k disjoint ranges as one arrival (one sequence number), for a
+ * background batch.  Taking them one after another would deadlock: an
+ * application write arriving between two of them could wait for the
+ * first while the second waits for it.  The caller fills in start, end
+ * and kind of each node; release each with rangelock_release().
+ */
+extern void rangelock_acquire_batch (struct rangelock *rl,
+                                     struct rl_node *nodes, size_t k);
 
 /* Bytes currently held (granted or waiting) of one kind. */
 extern uint64_t rangelock_bytes (struct rangelock *rl, enum rl_kind kind);

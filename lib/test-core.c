@@ -169,7 +169,7 @@ writer_main (gpointer arg)
   return NULL;
 }
 
-static volatile int toggling;
+static int toggling;
 
 static gpointer
 toggler_main (gpointer arg)
@@ -210,7 +210,7 @@ run_concurrent (bool populate_race)
   write_file (path, model, size);
   rb = open_rb (path, 4096, populate_race ? slow_populate : NULL);
   if (!populate_race) {
-    toggling = 1;
+    __atomic_store_n (&toggling, 1, __ATOMIC_SEQ_CST);
     tog = g_thread_new ("toggle", toggler_main, rb);
   }
   for (i = 0; i < WRITERS; i++) {
@@ -221,7 +221,7 @@ run_concurrent (bool populate_race)
   for (i = 0; i < WRITERS; i++)
     g_thread_join (t[i]);
   if (tog) {
-    toggling = 0;
+    __atomic_store_n (&toggling, 0, __ATOMIC_SEQ_CST);
     g_thread_join (tog);
   }
   g_assert_cmpint (rb_close (rb), ==, 0);
@@ -253,7 +253,7 @@ limited (struct rb_config *c)
   c->flush_rate = 8 * MiB;
 }
 
-static volatile int sampling;
+static int sampling;
 static uint64_t max_seen;
 
 static gpointer
@@ -286,7 +286,7 @@ test_dirty_limit (void)
   write_file (path, model, size);
   rb = open_rb (path, 4096, limited);
   g_assert_cmpint (rb_wait_populated (rb, 10000), ==, 0);
-  sampling = 1;
+  __atomic_store_n (&sampling, 1, __ATOMIC_SEQ_CST);
   s = g_thread_new ("sampler", sampler_main, rb);
   for (i = 0; i < WRITERS; i++) {
     w[i] = (struct writer) { rb, i, model + (size_t) i * REGION, 400, false };
@@ -294,7 +294,7 @@ test_dirty_limit (void)
   }
   for (i = 0; i < WRITERS; i++)
     g_thread_join (t[i]);
-  sampling = 0;
+  __atomic_store_n (&sampling, 0, __ATOMIC_SEQ_CST);
   g_thread_join (s);
   rb_get_stats (rb, &st);
   /* The limit is checked before each write, so it can be passed by at
