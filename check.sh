@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Set up and run every test, as CI does:
+#
+#   ./check.sh
+#
+# 1. installs the dependencies (Debian 12 packages),
+# 2. builds and runs `make check` (unit tests of lib/, the plugin under
+#    real nbdkit, the ramback command, the NUT end-to-end test),
+# 3. the same suite built with AddressSanitizer + UBSan,
+# 4. the core's concurrency tests built with ThreadSanitizer,
+# 5. the QEMU guest scenario with the kernel's nbd-client (quick set).
+# Set RAMBACK_CHECK_SKIP="asan tsan guest" to leave stages out.
+set -uo pipefail
+cd "$(dirname "$0")"
+export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
+skip=" ${RAMBACK_CHECK_SKIP:-} "
+failed=()
+
+scripts/deps.sh || exit 1
+
+stage () {
+    local name=$1; shift
+    case "$skip" in *" $name "*) echo "== $name: skipped"; return 0;; esac
+    echo "== $name: $*"
+    local t0=$SECONDS
+    if "$@"; then
+        echo "== $name: ok ($((SECONDS - t0)) s)"
+    else
+        echo "== $name: FAILED ($((SECONDS - t0)) s)"
+        failed+=("$name")
+    fi
+}
+
+# Show the logs of failed tests, so a CI log is enough to debug.
+show_failures () {
+    local f
+    for f in $(grep -l ':test-result: \(FAIL\|ERROR\)' "$1"/*/*.trs "$1"/*.trs 2>/dev/null); do
+        echo "---- ${f%.trs}.log"
+        tail -80 "${f%.trs}.log"
+    done
+}
+
+check_in () {
+    local dir=$1; shift
+    make -C "$dir" "$@" || { show_failures "$dir"; return 1; }
+}
+
+stage build scripts/build.sh _build
+stage check check_in _build check
+stage build-asan scripts/build.sh _build-asan --enable-sanitizers=address,undefined
+stage asan check_in _build-asan check
+stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
+stage tsan check_in _build-tsan/lib check
+stage guest check_in _build check-guest GUEST_SCENARIOS=quick
+
+# One closing line for the whole run, counted from every test result.
+pass=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: PASS')
+fail=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|ERROR\)')
+skipn=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: SKIP')
+[ ${#failed[@]} -eq 0 ] || echo "failed stages: ${failed[*]}"
+echo "$pass passed, $fail failed, $skipn skipped"
+[ ${#failed[@]} -eq 0 ] && [ "$fail" -eq 0 ]

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Install what ramback needs to build, run and test, from Debian 12's
+# archive.  Does nothing for packages already installed; needs root (or
+# sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+    # build
+    gcc make autoconf automake libtool pkg-config perl
+    nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev
+    # run and test
+    libnbd-bin python3-libnbd nbdfuse fio qemu-utils nbd-server
+    socat jq e2fsprogs util-linux procps xz-utils tmux
+    # UPS integration test
+    nut-server nut-client
+    # QEMU guest (kernel nbd-client on ramback)
+    qemu-system-x86 busybox-static nbd-client cpio
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "ok installed" ||
+        missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
