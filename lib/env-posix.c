@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include "env.h"
 
@@ -118,6 +120,15 @@ void
 rb_thread_join (rb_thread t)
 {
   pthread_join (t, NULL);
+}
+
+void
+rb_thread_background (void)
+{
+  /* On Linux nice values are per thread. */
+  if (setpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid), 5) == -1) {
+    /* Not fatal: it only changes who gets the CPU first. */
+  }
 }
 
 uint64_t

@@ -298,10 +298,17 @@ flusher_main (void *arg)
   return NULL;
 }
 
+static void *
+flusher_thread (void *arg)
+{
+  rb_thread_background ();
+  return flusher_main (arg);
+}
+
 int
 rb_flusher_start (struct rb *rb)
 {
-  if (rb_thread_create (&rb->flusher, flusher_main, rb) == -1) {
+  if (rb_thread_create (&rb->flusher, flusher_thread, rb) == -1) {
     rb_set_error (errno, "cannot start the flusher thread");
     return -1;
   }

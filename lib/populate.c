@@ -252,6 +252,7 @@ populator_main (void *arg)
   uint64_t c = 0, backoff = 50;
   bool wrapped = false;
 
+  rb_thread_background ();
   rb_log ("populate: loading %" PRIu64 " chunks", rb->nchunks);
   while (wait_writeback (rb)) {
     uint64_t data, data_end, next;

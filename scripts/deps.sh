@@ -10,7 +10,7 @@ packages=(
     gcc make autoconf automake libtool pkg-config perl
     nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev
     # run and test
-    libnbd-bin python3-libnbd nbdfuse fio qemu-utils nbd-server
+    libnbd-bin python3-libnbd fio qemu-utils nbd-server
     socat jq e2fsprogs util-linux procps xz-utils tmux
     # UPS integration test
     nut-server nut-client
