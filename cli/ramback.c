@@ -900,7 +900,7 @@ main (int argc, char **argv)
   const struct command *cmd = NULL;
   GOptionContext *ctx;
   GError *err = NULL;
-  char *prefix, *param;
+  char *prefix;
   struct sigaction sa = { .sa_handler = on_signal };
   size_t i;
   int status;
@@ -938,8 +938,7 @@ main (int argc, char **argv)
   argv[1] = prefix;
   argv++;
   argc--;
-  param = g_strdup_printf ("%s", cmd->args);
-  ctx = g_option_context_new (param);
+  ctx = g_option_context_new (cmd->args);
   g_option_context_set_summary (ctx, cmd->summary);
   g_option_context_set_description (ctx,
     "Exit status: 0 success, 1 usage, 2 cannot connect, 3 permission\n"
@@ -948,14 +947,16 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (ctx, cmd->options, NULL);
   if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
     usage_error (prefix, err->message);
-    return CLI_EXIT_USAGE;
+    g_error_free (err);
+    status = CLI_EXIT_USAGE;
+    goto out;
   }
-  g_option_context_free (ctx);
-  g_free (param);
   if (argc - 1 != cmd->nargs) {
     char *m = g_strdup_printf ("expected %s", cmd->args);
     usage_error (prefix, m);
-    return CLI_EXIT_USAGE;
+    g_free (m);
+    status = CLI_EXIT_USAGE;
+    goto out;
   }
 
   sigemptyset (&sa.sa_mask);
@@ -979,6 +980,8 @@ main (int argc, char **argv)
     if (status == CLI_EXIT_OK)
       status = CLI_EXIT_USAGE;
   }
+ out:
+  g_option_context_free (ctx);
   g_free (prefix);
   return status;
 }

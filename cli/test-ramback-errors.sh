@@ -131,6 +131,8 @@ start_ramback lazy back="$TMP/lazy.img" size=1M populate=false
 cleanup_fn stop_nbdkit "$lazy_pid"
 run_rb 6 wait-populated --timeout=5 "$lazy_ctl"
 expect_err "\(EINVAL\)$"
+# A refused request must not keep nbdkit from stopping.
+stop_nbdkit "$lazy_pid" || fail "nbdkit did not stop after an ERR reply"
 # ... and a backing store that fails every write (ENOSPC).
 nbdkit -U "$TMP/full.sock" -P "$TMP/full.pid" full 4M
 cleanup_fn _kill_if_running "$(cat "$TMP/full.pid")"

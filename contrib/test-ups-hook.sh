@@ -143,7 +143,10 @@ for line in text.splitlines ():
         v = re.sub (r"\S*/ramback (?=\S)", ramback + " ", v, count=1)
         v = v.replace (" ramback control=", " %s control=" % plugin)
         if k == "ExecStart":
-            start = v
+            # nbdkit as the tests run it (with a sanitizer runtime
+            # preloaded if the plugin is built with one).
+            exe, start = v.split (" ", 1)
+            start = "run_nbdkit " + start
         else:
             stops.append (v)
     if k == "PIDFile":
@@ -152,9 +155,11 @@ print ("set -a; . %s/t1.conf; set +a" % tmp)
 print ("start () { %s; }" % start)
 print ("stop () { %s; }" % "; ".join (stops))
 print ("pidfile=%s" % shlex.quote (pidfile))
+print ("nbdkit_exe=%s" % shlex.quote (exe))
 EOP
 cat "$TMP/unit.sh"
 source "$TMP/unit.sh"
+[ -x "$nbdkit_exe" ] || fail "the unit runs $nbdkit_exe, which is not there"
 start
 for (( i=0; i<100; i++ )); do [ -s "$pidfile" ] && break; sleep 0.1; done
 t1_pid=$(cat "$pidfile")
