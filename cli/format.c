@@ -100,6 +100,16 @@ terminal_width (int fd)
   return 80;
 }
 
+int
+terminal_rows (int fd)
+{
+  struct winsize ws;
+
+  if (ioctl (fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row >= 2)
+    return ws.ws_row;
+  return 0;
+}
+
 void
 progress_draw (FILE *fp, const char *label, double fraction,
                const char *detail)

@@ -21,6 +21,8 @@ extern void format_bar (GString *out, double fraction, int width);
 
 /* Columns of the terminal on fd, or 80. */
 extern int terminal_width (int fd);
+/* Rows of the terminal on fd, or 0 if unknown. */
+extern int terminal_rows (int fd);
 
 /* A one-line progress display on a terminal, redrawn in place:
  * "LABEL [####----]  42.0%  DETAIL".  progress_done ends the line.

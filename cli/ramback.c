@@ -288,7 +288,7 @@ watch_status (const char *socket, GError **err)
       time_t t = time (NULL);
       struct tm tm;
       char **lines;
-      int i;
+      int i, rows = terminal_rows (STDOUT_FILENO);
 
       view.width = terminal_width (STDOUT_FILENO);
       strftime (stamp, sizeof stamp, "%H:%M:%S", localtime_r (&t, &tm));
@@ -298,13 +298,15 @@ watch_status (const char *socket, GError **err)
       view.peak_pending = MAX (view.peak_pending, status_pending_bytes (st));
 
       /* Back to the top of the previous frame, then overwrite each
-       * line and clear what is left of it and below it.
+       * line and clear what is left of it and below it.  A frame
+       * taller than the terminal would scroll and could not be
+       * redrawn in place, so it is cut to fit.
        */
       if (prev_lines > 0)
         g_string_append_printf (out, "\r\033[%dA", prev_lines);
       lines = g_strsplit (frame->str, "\n", -1);
       prev_lines = 0;
-      for (i = 0; lines[i] && lines[i+1]; i++) {
+      for (i = 0; lines[i] && lines[i+1] && (rows == 0 || i < rows - 1); i++) {
         g_string_append_printf (out, "%s\033[K\n", lines[i]);
         prev_lines++;
       }
