@@ -27,7 +27,7 @@ back="$TMP/back.img"
 modelf="$TMP/model.img"
 
 rm -f "$back"
-start_rb rb -- back="$back" size="$size" dirty-max=2M flush-rate=4M
+start_rb rb -- back="$back" size="$size" chunk=64K dirty-max=2M flush-rate=4M
 
 py - "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" <<'EOF'
 import random, sys, threading, time

@@ -39,7 +39,7 @@ open (sys.argv[1], "wb").write (random.Random (1).randbytes (16 << 20))' "$mnt/f
 truncate -s 128M "$mnt/back.img"
 df -k "$mnt"
 
-start_rb rb -- back="$mnt/back.img" fsync=wait
+start_rb rb -- back="$mnt/back.img" chunk=64K fsync=wait
 py - "$rb_uri" "$rb_ctl" "$mnt/back.img" "$mnt/filler" "$TMP/model.img" <<'EOF'
 import errno, random, sys, threading
 import nbd

@@ -166,7 +166,7 @@ run () {
     local name=$1; shift
     echo "=== run $name"
     rm -f "$back"
-    start_rb rb "$@" back="$back" size="$size"
+    start_rb rb "$@" back="$back" size="$size" chunk=64K
     py "$TMP/toggle.py" "$rb_uri" "$rb_ctl" "$back" "$seed" "$name" \
        fio --name=toggle --ioengine=nbd --uri="$rb_uri" --iodepth=8 \
            --verify_backlog=256 "${fio_args[@]}"

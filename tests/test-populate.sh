@@ -158,7 +158,7 @@ M.main (body)
 EOF
 
 echo "=== phase 1: populate held slow"
-start_rb rb -- back="$back" populate-rate=2M
+start_rb rb -- back="$back" chunk=64K populate-rate=2M
 slow_rc=0
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" slow || slow_rc=$?
 [ "$slow_rc" -eq 0 ] || [ "$slow_rc" -eq 3 ] || fail "phase 1"
@@ -167,14 +167,14 @@ assert_same "$back" "$modelf"
 echo "phase 1: backing == model after a stop in mid-populate"
 
 echo "=== phase 2: populate=false"
-start_rb rb -- back="$back" populate=false
+start_rb rb -- back="$back" chunk=64K populate=false
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" off
 stop_rb rb
 assert_same "$back" "$modelf"
 echo "phase 2: backing == model, unloaded chunks left alone"
 
 echo "=== phase 3: full populate"
-start_rb rb -- back="$back"
+start_rb rb -- back="$back" chunk=64K
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" full
 stop_rb rb
 assert_same "$back" "$modelf"
