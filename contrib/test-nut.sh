@@ -5,8 +5,10 @@
 # with the shipped ramback-ups-hook as NOTIFYCMD.  Changing the dummy
 # UPS from OL to OB must switch a running ramback to writethrough (and
 # its dirty data must still drain), back to OL to writeback; asserted
-# with "ramback status --json".  Every daemon is started and stopped
-# here.  Skips (77) only if NUT is not installed and cannot be.
+# with "ramback status --json".  Then the same with upssched between
+# upsmon and the hook, configured from the shipped sample.  Every
+# daemon is started and stopped here.  Skips (77) only if NUT is not
+# installed and cannot be.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
@@ -161,6 +163,36 @@ set_ups_status OL
 wait_for "ramback to switch to writeback again" mode_is writeback
 
 stop_daemon upsmon "$upsmon_pid"
+cat "$nut/upsmon.log"
+
+# The same through upssched, configured with the shipped sample (with
+# its pipe and lock in the test directory): upsmon runs upssched, which
+# runs the hook with the event as its argument.
+upssched=$(command -v upssched || echo /sbin/upssched)
+if [ -x "$upssched" ]; then
+    sed -e "s|^CMDSCRIPT .*|CMDSCRIPT $HOOK|" \
+        -e "s|/run/nut/upssched/|$nut/state/|" \
+        "$top_builddir/contrib/nut/upssched.conf.sample" > "$nut/upssched.conf"
+    grep -q '^AT ONBATT \* EXECUTE onbatt$' "$nut/upssched.conf" ||
+        fail "upssched sample: no ONBATT"
+    sed -i "s|^NOTIFYCMD .*|NOTIFYCMD $upssched|" "$nut/upsmon.conf"
+    # A new log, so that only what upssched did is in it.
+    start_daemon upsmon2 $NUTDIR/upsmon
+    logins () { [ "$(grep -c 'logged into UPS' "$nut/upsd.log")" -ge "$1" ]; }
+    wait_for "upsmon to log in again" logins 2
+    set_ups_status OB
+    wait_for "upssched: ramback to switch to writethrough" mode_is writethrough
+    grep -q "onbatt: mode writethrough (was writeback)" "$nut/upsmon2.log" ||
+        fail "upssched did not run the hook for ONBATT"
+    set_ups_status OL
+    wait_for "upssched: ramback to switch to writeback" mode_is writeback
+    grep -q "online: mode writeback (was writethrough)" "$nut/upsmon2.log" ||
+        fail "upssched did not run the hook for ONLINE"
+    stop_daemon upsmon2 "$upsmon2_pid"
+    cat "$nut/upsmon2.log"
+else
+    echo "upssched is not installed: only upsmon's NOTIFYCMD tested"
+fi
+
 stop_daemon upsd "$upsd_pid"
 stop_daemon driver "$driver_pid"
-cat "$nut/upsmon.log"
