@@ -43,7 +43,7 @@ show_failures () {
 
 check_in () {
     local dir=$1; shift
-    make -C "$dir" "$@" || { show_failures "$dir"; return 1; }
+    make -k -C "$dir" "$@" || { show_failures "$dir"; return 1; }
 }
 
 stage build scripts/build.sh _build

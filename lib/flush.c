@@ -188,8 +188,16 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
     rangelock_release (&rb->rl, &nodes[i]);
   }
 
-  if (bytes)
-    rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
+  if (bytes) {
+    /* A batch after an idle spell goes out at once, at page cache
+     * speed; under a flush-rate= cap the sustained bandwidth is the cap,
+     * so never record more.
+     */
+    uint64_t elapsed = rb_now_ns () - t0;
+    if (rb->flush_rate.bps)
+      elapsed = RB_MAX (elapsed, (uint64_t) (bytes * 1e9 / rb->flush_rate.bps));
+    rb_bw_sample (&rb->flush_bw, bytes, elapsed);
+  }
   rb_recompute_limit (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

@@ -239,8 +239,13 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
     }
     rangelock_release (&rb->rl, &nodes[i]);
   }
-  if (bytes)
-    rb_bw_sample (&rb->populate_bw, bytes, rb_now_ns () - t0);
+  if (bytes) {
+    uint64_t elapsed = rb_now_ns () - t0;
+    if (rb->populate_rate.bps)
+      elapsed = RB_MAX (elapsed,
+                        (uint64_t) (bytes * 1e9 / rb->populate_rate.bps));
+    rb_bw_sample (&rb->populate_bw, bytes, elapsed);
+  }
   rb_check_populated (rb);
   return failed ? c : next;
 }
