@@ -9,7 +9,7 @@ source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
 back="$TMP/back.img"
-start_ramback rb back="$back" size=4M flush-rate=4M
+start_ramback rb back="$back" size=4M chunk=64K flush-rate=4M
 cleanup_fn stop_nbdkit "$rb_pid"
 
 # The backing file holds LEN bytes of BYTE at OFFSET.

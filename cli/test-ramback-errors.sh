@@ -16,7 +16,7 @@ expect_err () {
 
 # A plugin that is slow to write back (flush-rate=1K: after the first
 # chunk, the next one waits 64 s), with dirty data.
-start_ramback rb back="$TMP/back.img" size=4M flush-rate=1K
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K
 nbd_write "$rb_uri" 0 65536 1
 nbd_write "$rb_uri" 131072 65536 2
 nbd_write "$rb_uri" 262144 65536 3

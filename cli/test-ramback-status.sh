@@ -10,7 +10,7 @@ source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
-start_ramback rb back="$TMP/back.img" size=4M flush-rate=1K
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K
 cleanup_fn stop_nbdkit "$rb_pid"
 
 # 5 chunks, not adjacent so that each is its own write back.
