@@ -246,9 +246,9 @@ rb_record_error (struct rb *rb, int err, const char *what)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->last_errno = err;
     snprintf (rb->last_error, sizeof rb->last_error, "%s",
-              what ? what : strerror (err));
+              what ? what : rb_strerror (err));
   }
-  rb_warn ("backing store error: %s", what ? what : strerror (err));
+  rb_warn ("backing store error: %s", what ? what : rb_strerror (err));
 }
 
 /* The dirty limit in force: dirty-max=, and with ups-window= what the

@@ -10,6 +10,13 @@
 #include "ramback.h"
 #include "error.h"
 
+const char *
+rb_strerror (int errnum)
+{
+  const char *s = strerrordesc_np (errnum);
+  return s ? s : "Unknown error";
+}
+
 static __thread char last_error[512];
 static __thread int last_errno;
 
@@ -24,7 +31,7 @@ rb_set_error (int errnum, const char *fmt, ...)
   va_end (args);
   if (errnum != 0 && n >= 0 && (size_t) n < sizeof last_error)
     snprintf (last_error + n, sizeof last_error - n, ": %s",
-              strerror (errnum));
+              rb_strerror (errnum));
   last_errno = errnum;
   errno = errnum;
 }

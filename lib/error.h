@@ -18,6 +18,12 @@
 extern void rb_set_error (int errnum, const char *fmt, ...)
   __attribute__ ((format (printf, 2, 3)));
 
+/* The English text of an errno, without touching the locale: strerror()
+ * may translate, which takes glibc's locale lock from our background
+ * threads (seen to wedge process exit under ASan).
+ */
+extern const char *rb_strerror (int errnum);
+
 /* Logging: debug messages and per-request trace go through the function
  * set by rb_set_log() (the plugin points it at nbdkit_debug).
  */

@@ -174,7 +174,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
       char msg[200];
       snprintf (msg, sizeof msg, "write back of %" PRIu64 " bytes at %"
                 PRIu64 ": %s", ios[i].count, ios[i].offset,
-                strerror (ios[i].err));
+                rb_strerror (ios[i].err));
       rb_redirty (rb, ios[i].offset, ios[i].count);
       rb_record_error (rb, ios[i].err, msg);
     }
@@ -287,7 +287,7 @@ flusher_main (void *arg)
       if (rb->stopping)
         rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
                 "back yet (%s); retrying", chunkmap_dirty (&rb->map),
-                strerror (err));
+                rb_strerror (err));
       while (rb_now_ns () < deadline &&
              rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
         ;

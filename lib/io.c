@@ -221,7 +221,7 @@ writethrough (struct rb *rb, const struct req *r)
     char msg[200];
 
     snprintf (msg, sizeof msg, "writethrough of %" PRIu64 " bytes at %"
-              PRIu64 ": %s", r->count, r->offset, strerror (err));
+              PRIu64 ": %s", r->count, r->offset, rb_strerror (err));
     rb_redirty (rb, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
     rb_record_error (rb, err, msg);

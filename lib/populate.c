@@ -67,7 +67,7 @@ rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
       int err = errno;
       char msg[200];
       snprintf (msg, sizeof msg, "load of %" PRIu64 " bytes at %" PRIu64
-                ": %s", bytes, off, strerror (err));
+                ": %s", bytes, off, rb_strerror (err));
       rb_record_error (rb, err, msg);
       rb_set_error (err, "cannot load %" PRIu64 " bytes at %" PRIu64
                     " from the backing store", bytes, off);
@@ -156,8 +156,18 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   size_t k = 0, i;
   bool failed = false;
 
+  /* With a rate cap, batches of about a tenth of a second's worth, so
+   * the cap holds from the start and progress is steady.
+   */
+  if (rb->populate_rate.bps) {
+    uint64_t cap = RB_MAX (rb->populate_rate.bps / 10,
+                           (uint64_t) rb->chunk_size) >> rb->chunk_shift;
+    per_io = RB_MAX (RB_MIN (per_io, cap), UINT64_C (1));
+  }
+
   /* Find the runs (unlocked: only a hint; rechecked under the ranges). */
-  while (k < BATCH_IOS && next < limit) {
+  while (k < BATCH_IOS && next < limit &&
+         (!rb->populate_rate.bps || k == 0)) {
     uint64_t n = chunkmap_run (&rb->map, next,
                                RB_MIN (per_io, limit - next),
                                CS_BIT (CS_EMPTY));
@@ -227,7 +237,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
       char msg[200];
       snprintf (msg, sizeof msg, "populate read of %" PRIu64 " bytes at %"
                 PRIu64 ": %s", ios[i].count, ios[i].offset,
-                strerror (ios[i].err));
+                rb_strerror (ios[i].err));
       rb_record_error (rb, ios[i].err, msg);
       failed = true;
     }
