@@ -273,6 +273,8 @@ flusher_main (void *arg)
     if (err == 0) {
       if (target > rb->sync_done)
         rb->sync_done = target;
+      /* Every write and the sync succeeded: the store works again. */
+      rb_atomic_store (&rb->store_failing, false);
     }
     else if (target > rb->sync_failed) {
       rb->sync_failed = target;

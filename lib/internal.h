@@ -58,6 +58,8 @@ struct rb {
   bool populated;               /* [atomic] every chunk loaded */
   bool flusher_idle;            /* [atomic] flusher waits for a kick */
   uint64_t dirty_limit;         /* [atomic] bytes, 0: none */
+  bool store_failing;           /* [atomic] a store request failed since
+                                   the last clean sweep */
 
   rb_mutex lock;
   rb_cond flusher_cond;         /* flusher: work arrived, or stop */

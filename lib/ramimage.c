@@ -97,8 +97,14 @@ ramimage_open (struct ramimage *ri, uint64_t size, const char *path,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (ri->base == MAP_FAILED) {
     ri->base = NULL;
-    rb_set_error (errno, "mmap: %" PRIu64 " bytes of anonymous memory",
-                  ri->mapped);
+    if (errno == ENOMEM && ri->mapped > (UINT64_C (32) << 40))
+      rb_set_error (ENOMEM, "mmap: %" PRIu64 " bytes of anonymous memory: "
+                    "no free range of the process address space is that "
+                    "large (x86-64 user space is 128 TiB in all); use a "
+                    "smaller device", ri->mapped);
+    else
+      rb_set_error (errno, "mmap: %" PRIu64 " bytes of anonymous memory",
+                    ri->mapped);
     return -1;
   }
   return 0;

@@ -47,7 +47,12 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->syncs = rb_atomic_load (&rb->syncs);
   st->throttled = rb_atomic_load (&rb->throttled);
   st->store_type = rb->store->ops->name;
+  /* The store says whether it is reachable; the core knows whether the
+   * data it must write back is getting there.
+   */
   st->store_state = rb_atomic_load (&rb->store->state);
+  if (st->store_state == RB_STORE_OK && rb_atomic_load (&rb->store_failing))
+    st->store_state = RB_STORE_FAILING;
   st->store_connections = rb->store->connections;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

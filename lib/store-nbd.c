@@ -286,11 +286,13 @@ finalize (struct piece *p, const char *cause)
       st->inflight_now--;
     }
     /* A server error makes the store "failing"; a lost connection is
-     * shown as offline instead, by update_state.
+     * shown as offline instead, by update_state.  Only a write or flush
+     * that succeeds clears it: reads working says nothing about whether
+     * the data we must write back can get there.
      */
     if (p->issued && p->err != 0 && p->conn->up && err == p->err)
       st->failing = true;
-    else if (p->err == 0)
+    else if (p->err == 0 && p->op != P_READ && p->op != P_EXTENTS)
       st->failing = false;
     update_state (st);
   }
