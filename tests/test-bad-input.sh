@@ -33,8 +33,17 @@ ncases=0
 expect_fail () {
     local desc=$1 re=$2 rc=0; shift 2
     rm -f "$TMP/bad.sock"
-    timeout 20 "${nbdkit_env[@]}" "$NBDKIT" -f -U "$TMP/bad.sock" \
+    local t=20
+    [ -z "$SANITIZER_PRELOAD" ] || t=8
+    timeout "$t" "${nbdkit_env[@]}" "$NBDKIT" -f -U "$TMP/bad.sock" \
         "$PLUGIN" "$@" >"$TMP/bad.out" 2>&1 || rc=$?
+    # Sanitizer builds only: nbdkit can hang in exit(3) after printing
+    # its error (p11-kit's destructor, see functions.sh.in).  A refusal
+    # that printed the error and never served counts as a refusal.
+    if [ "$rc" -eq 124 ] && [ -n "$SANITIZER_PRELOAD" ] &&
+           [ ! -S "$TMP/bad.sock" ] && grep -Eqi -- "$re" "$TMP/bad.out"; then
+        rc=1
+    fi
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
         cat "$TMP/bad.out"
         fail "$desc: nbdkit accepted it (exit status $rc)"
