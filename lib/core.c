@@ -242,7 +242,6 @@ void
 rb_record_error (struct rb *rb, int err, const char *what)
 {
   rb_atomic_add (&rb->store_errors, 1);
-  rb_atomic_store (&rb->store_failing, true);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->last_errno = err;

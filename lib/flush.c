@@ -176,6 +176,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
                 PRIu64 ": %s", ios[i].count, ios[i].offset,
                 rb_strerror (ios[i].err));
       rb_redirty (rb, ios[i].offset, ios[i].count);
+      rb_atomic_store (&rb->store_failing, true);
       rb_record_error (rb, ios[i].err, msg);
     }
     else {
@@ -421,6 +422,7 @@ rb_sync_store (struct rb *rb)
   }
   err = errno ? errno : EIO;
   rb_atomic_add (&rb->sync_errors, 1);
+  rb_atomic_store (&rb->store_failing, true);
   rb_record_error (rb, err, rb_get_error ());
   /* Never trust a retried sync: write it all again. */
   for (i = 0; i < snap.len; i++)

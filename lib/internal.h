@@ -58,8 +58,11 @@ struct rb {
   bool populated;               /* [atomic] every chunk loaded */
   bool flusher_idle;            /* [atomic] flusher waits for a kick */
   uint64_t dirty_limit;         /* [atomic] bytes, 0: none */
-  bool store_failing;           /* [atomic] a store request failed since
-                                   the last clean sweep */
+  bool store_failing;           /* [atomic] a write or sync failed since
+                                   the last clean sweep (read failures
+                                   leave no dirty data, so no sweep would
+                                   ever clear them: the store's own state
+                                   shows those) */
 
   rb_mutex lock;
   rb_cond flusher_cond;         /* flusher: work arrived, or stop */

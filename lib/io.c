@@ -224,6 +224,7 @@ writethrough (struct rb *rb, const struct req *r)
               PRIu64 ": %s", r->count, r->offset, rb_strerror (err));
     rb_redirty (rb, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
+    rb_atomic_store (&rb->store_failing, true);
     rb_record_error (rb, err, msg);
     rb_set_error (err, "writethrough to the backing store failed "
                   "(the data is kept in RAM and will be retried)");

@@ -10,16 +10,13 @@
 #   start_qemu_nbd NAME FILE [ARGS]   qemu-nbd on a Unix socket, 8 clients
 #   start_nbd_server NAME FILE        Debian's nbd-server on 127.0.0.1
 #   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is gone
-#   start_rb NAME PLUGIN-ARGS...  start_ramback, remember the job
-#   stop_rb NAME                  SIGTERM; fail unless nbdkit exits 0
+#   (start_rb, stop_rb and fail are in functions.sh)
 #   rio ARGS...                   remote-io.py (data generator/checker)
 #   wait_status SOCK FIELD VALUE [SECONDS]
 #                                 poll "status json" until FIELD == VALUE
-#   fail MSG                      print FAIL: MSG and exit 1
 
 rio () { /usr/bin/python3 "$top_srcdir/tests/remote-io.py" "$@"; }
 
-fail () { echo "FAIL: $*" >&2; exit 1; }
 
 # Gone means gone or a zombie (the container's init may not reap).
 _gone () {
@@ -143,26 +140,6 @@ kill_remote () {
     return 0
 }
 
-start_rb () {
-    local name=$1
-    start_ramback "$@"
-    eval "${name}_job=\$!"
-}
-
-stop_rb () {
-    local name=$1 pidv=${1}_pid jobv=${1}_job logv=${1}_log rc=0
-    stop_nbdkit "${!pidv}"
-    wait "${!jobv}" || rc=$?
-    if [ "$rc" -ne 0 ]; then
-        echo "nbdkit $name exited with status $rc; end of its log:" >&2
-        tail -40 "${!logv}" >&2
-        fail "nbdkit $name did not stop cleanly"
-    fi
-    if grep -E 'ERROR: (Address|Thread|Leak|Undefined)Sanitizer|runtime error:' \
-            "${!logv}" >&2; then
-        fail "sanitizer report in the log of nbdkit $name"
-    fi
-}
 
 wait_status () {
     local sock=$1 field=$2 value=$3 secs=${4:-60} i v=
