@@ -12,6 +12,8 @@
 #ifndef RAMBACK_ENV_H
 #define RAMBACK_ENV_H
 
+#ifndef __KERNEL__
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,5 +71,9 @@ extern uint64_t rb_phys_mem (void);
   __atomic_compare_exchange_n ((p), (oldp), (v), false, \
                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 #define rb_atomic_load_relaxed(p) __atomic_load_n ((p), __ATOMIC_RELAXED)
+
+#else /* __KERNEL__ */
+#include "env-kernel.h"    /* dm/env-kernel.h: the same names, for the kernel */
+#endif /* __KERNEL__ */
 
 #endif /* RAMBACK_ENV_H */

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# Build dm-ramback.ko against Debian's kernel headers for the QEMU
+# guest's kernel (never the host's: the module is only ever loaded
+# inside the guest).  dm/ and lib/ are copied into a scratch directory
+# and built there, so no build output lands in the repository.
+#
+# Usage: dm/build.sh [-o OUTDIR] [KERNEL-VERSION]
+#   KERNEL-VERSION  default: what linux-image-cloud-amd64 depends on
+#                   (e.g. 6.1.0-57-cloud-amd64); its linux-headers-*
+#                   package must be installed
+#   -o OUTDIR       where dm-ramback.ko goes (default /tmp/dmbuild/out)
+# Environment: RAMBACK_DM_BUILD (scratch dir, default /tmp/dmbuild),
+#   W=1 etc. are passed to kbuild.
+# Prints the path of the module on success.
+
+set -euo pipefail
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${RAMBACK_DM_BUILD:-/tmp/dmbuild}
+out=$build/out
+while getopts o: opt; do
+  case $opt in
+    o) out=$OPTARG ;;
+    *) echo "usage: $0 [-o OUTDIR] [KERNEL-VERSION]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+
+kver=${1:-}
+if [ -z "$kver" ]; then
+  kver=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+         sed -n 's/^ *Depends: linux-image-\([0-9].*-cloud-amd64\)$/\1/p' | head -1)
+  [ -n "$kver" ] || { echo "build.sh: cannot tell the guest kernel version (apt-get update?)" >&2; exit 1; }
+fi
+kdir=/usr/src/linux-headers-$kver
+if [ ! -f "$kdir/Makefile" ]; then
+  echo "build.sh: $kdir is missing: apt-get install linux-headers-$kver" >&2
+  exit 1
+fi
+
+mkdir -p "$build/dm/kinclude" "$build/lib" "$out"
+# Only sources, with their timestamps (cp -p), so the scratch tree keeps
+# its objects between runs and make rebuilds just what changed.
+cp -p "$here"/Kbuild "$here"/*.[ch] "$build/dm/"
+cp -p "$here"/kinclude/*.h "$build/dm/kinclude/"
+cp -p "$top"/lib/*.[ch] "$build/lib/"
+
+make -s -C "$kdir" M="$build/dm" ${W:+W=$W} modules >&2
+cp "$build/dm/dm-ramback.ko" "$out/"
+echo "$out/dm-ramback.ko"

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * ramback: the OS shim (lib/env.h) for the Linux kernel.
+ *
+ * lib/env.h includes this file instead of its pthread part when
+ * __KERNEL__ is defined, so lib/chunkmap.c, lib/sumbits.c and
+ * lib/rangelock.c compile unchanged into dm-ramback.ko.  It supplies
+ * exactly what those three use:
+ *
+ *   rb_mutex           struct mutex (rangelock's tree lock; held only
+ *                      for tree updates, never across I/O)
+ *   rb_cond            a wait queue; a waiter queues itself (exclusive)
+ *                      before it drops the mutex, so a signal or
+ *                      broadcast sent under the mutex cannot be missed
+ *   rb_atomic_*        kernel atomics, sequentially consistent (below)
+ *   rb_now_ns, rb_deadline_ms, rb_phys_mem   clocks and memory size
+ *
+ * Not supplied: threads and timed condition waits.  The kernel target
+ * owns its threads (kthreads, a workqueue) and does not compile the lib
+ * files that use them (core.c, flush.c, populate.c, io.c).
+ */
+
+#ifndef RAMBACK_ENV_KERNEL_H
+#define RAMBACK_ENV_KERNEL_H
+
+#include <linux/types.h>
+#include <linux/atomic.h>
+#include <linux/build_bug.h>
+#include <linux/ktime.h>
+#include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/sched.h>
+#include <linux/timekeeping.h>
+#include <linux/wait.h>
+
+typedef struct mutex rb_mutex;
+typedef struct {
+	wait_queue_head_t wq;
+} rb_cond;
+
+static inline void rb_mutex_init(rb_mutex *m)
+{
+	mutex_init(m);
+}
+
+static inline void rb_mutex_destroy(rb_mutex *m)
+{
+	mutex_destroy(m);
+}
+
+static inline void rb_mutex_lock(rb_mutex *m)
+{
+	mutex_lock(m);
+}
+
+static inline void rb_mutex_unlock(rb_mutex *m)
+{
+	mutex_unlock(m);
+}
+
+static inline void rb_cond_init(rb_cond *c)
+{
+	init_waitqueue_head(&c->wq);
+}
+
+static inline void rb_cond_destroy(rb_cond *c)
+{
+	WARN_ON_ONCE(waitqueue_active(&c->wq));
+}
+
+/*
+ * Like pthread_cond_wait: returns with the mutex held, possibly without
+ * a signal (callers loop on their condition).  Uninterruptible: the
+ * range lock waits for I/O in flight on the same chunks.
+ */
+static inline void rb_cond_wait(rb_cond *c, rb_mutex *m)
+{
+	DEFINE_WAIT(wait);
+
+	prepare_to_wait_exclusive(&c->wq, &wait, TASK_UNINTERRUPTIBLE);
+	mutex_unlock(m);
+	schedule();
+	finish_wait(&c->wq, &wait);
+	mutex_lock(m);
+}
+
+static inline void rb_cond_signal(rb_cond *c)
+{
+	wake_up(&c->wq);
+}
+
+static inline void rb_cond_broadcast(rb_cond *c)
+{
+	wake_up_all(&c->wq);
+}
+
+static inline uint64_t rb_now_ns(void)
+{
+	return ktime_get_ns();
+}
+
+static inline uint64_t rb_deadline_ms(int ms)
+{
+	return ms < 0 ? U64_MAX : rb_now_ns() + (uint64_t)ms * NSEC_PER_MSEC;
+}
+
+static inline uint64_t rb_phys_mem(void)
+{
+	return (uint64_t)totalram_pages() << PAGE_SHIFT;
+}
+
+/*
+ * Atomics.  lib/env.h promises sequential consistency, and the chunk
+ * map's hints depend on it (sumbits.h: a setter's "set state, then set
+ * hint" against a searcher's "clear hint, then re-check state").  The
+ * mapping is the usual one for C11 seq_cst:
+ *   - every read-modify-write is a fully ordered kernel RMW
+ *     (atomic64_add_return, try_cmpxchg);
+ *   - a store is WRITE_ONCE between two full barriers;
+ *   - a load is an acquire load, preceded by a full barrier except on
+ *     x86, where (TSO, every store above a locked instruction or
+ *     fenced) a plain load is already seq_cst, which keeps
+ *     chunkmap_get() on the I/O fast path free of fences.
+ * The shared code uses these on 64-bit words only (4-byte words work
+ * too); anything else fails the build.
+ */
+#ifdef CONFIG_X86
+#define rb_sc_load_fence() barrier()
+#else
+#define rb_sc_load_fence() smp_mb()
+#endif
+
+#define rb_atomic_check_size(p) \
+	BUILD_BUG_ON(sizeof(*(p)) != 4 && sizeof(*(p)) != 8)
+
+#define rb_atomic_load(p) ({						\
+	rb_atomic_check_size(p);					\
+	rb_sc_load_fence();						\
+	smp_load_acquire(p);						\
+})
+
+#define rb_atomic_load_relaxed(p) READ_ONCE(*(p))
+
+#define rb_atomic_store(p, v) do {					\
+	rb_atomic_check_size(p);					\
+	smp_mb();							\
+	WRITE_ONCE(*(p), (v));						\
+	smp_mb();							\
+} while (0)
+
+/* Add and subtract return the new value, like __atomic_add_fetch. */
+#define rb_atomic_add(p, v) ({						\
+	typeof(p) __rb_p = (p);						\
+	rb_atomic_check_size(__rb_p);					\
+	(typeof(*__rb_p))(sizeof(*__rb_p) == 8 ?			\
+		atomic64_add_return((s64)(v), (atomic64_t *)__rb_p) :	\
+		atomic_add_return((int)(v), (atomic_t *)__rb_p));	\
+})
+
+#define rb_atomic_sub(p, v) ({						\
+	typeof(p) __rb_p = (p);						\
+	rb_atomic_check_size(__rb_p);					\
+	(typeof(*__rb_p))(sizeof(*__rb_p) == 8 ?			\
+		atomic64_sub_return((s64)(v), (atomic64_t *)__rb_p) :	\
+		atomic_sub_return((int)(v), (atomic_t *)__rb_p));	\
+})
+
+/* Or and and: a compare-and-swap loop; returns the new value. */
+#define rb_atomic_rmw_(p, v, OP) ({					\
+	typeof(p) __rb_p = (p);						\
+	typeof(*__rb_p) __rb_v = (v), __rb_o;				\
+	rb_atomic_check_size(__rb_p);					\
+	__rb_o = READ_ONCE(*__rb_p);					\
+	while (!try_cmpxchg(__rb_p, &__rb_o, __rb_o OP __rb_v))	\
+		;							\
+	__rb_o OP __rb_v;						\
+})
+#define rb_atomic_or(p, v) rb_atomic_rmw_(p, v, |)
+#define rb_atomic_and(p, v) rb_atomic_rmw_(p, v, &)
+
+/*
+ * Like __atomic_compare_exchange_n (strong): on failure *oldp gets the
+ * current value.  try_cmpxchg() is fully ordered on success; a failed
+ * one is not, so a barrier follows it (free on x86, where the locked
+ * cmpxchg already is one): chunkmap_move() acts on the value a failed
+ * CAS read when it finds nothing left to move.
+ */
+#define rb_atomic_cas(p, oldp, v) ({					\
+	bool __rb_ok;							\
+	rb_atomic_check_size(p);					\
+	__rb_ok = try_cmpxchg((p), (oldp), (v));			\
+	if (!__rb_ok)							\
+		smp_mb__after_atomic();					\
+	__rb_ok;							\
+})
+
+#endif /* RAMBACK_ENV_KERNEL_H */
