@@ -149,6 +149,7 @@ wait_status () {
         sleep 0.1
     done
     echo "status $field is '$v' after ${secs}s, expected '$value'" >&2
+    ctl "$sock" status >&2 || true
     return 1
 }
 
