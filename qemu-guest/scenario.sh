@@ -54,6 +54,12 @@ verify_during_populate () {
   g_check_image "$img" a b
 }
 
+# The entries of part b the guest's last completed sync covered.
+bsynced_entries () {
+  tr -d '\r' <"$T/cut.serial" |
+    awk '/^RAMBACK-MARK: bsync-/ { n = $4 } END { print n + 0 }'
+}
+
 case $name in
   quick)
     g_ramback rb back="$img" size=512M
@@ -117,17 +123,30 @@ case $name in
     ctl "$rb_ctl" sync 120000 || die "drain after the switch to writethrough failed"
     say "writethrough: drained in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s"
     [ "$(status_field "$rb_ctl" dirty_bytes)" = 0 ] || die "dirty bytes left after sync in writethrough"
-    # Part a is synced by the guest; cut while part b is being untarred,
-    # with the guest's background syncs keeping flushes in flight.
-    g_wait_mark cut "untar-b-files-${RAMBACK_GUEST_CUT_AT:-600}"
-    g_has_mark cut synced-a || die "part a was not synced before the cut"
+    # Part a is synced by the guest.  Cut while part b is being untarred,
+    # right after a guest sync during part b that covered at least
+    # $cut_at entries: writes and flushes are in flight, and what that
+    # sync covered must survive.
+    cut_at=${RAMBACK_GUEST_CUT_AT:-100}
+    for (( i = 0; ; i++ )); do
+      bsynced=$(bsynced_entries)
+      [ "$bsynced" -ge "$cut_at" ] && break
+      [ $i -lt $(( BOOT_TIMEOUT * 20 )) ] || die "no sync covering $cut_at entries of part b"
+      g_has_mark cut untar-b-done && die "part b was untarred before a sync covered $cut_at entries"
+      kill -0 "$cut_qpid" 2>/dev/null || die "guest cut ended early: $(_g_result cut)"
+      sleep 0.05
+    done
     g_kill9 "$rb_pid" "$cut_qpid"
+    g_has_mark cut synced-a || die "part a was not synced before the cut"
     if g_has_mark cut untar-b-done; then
       die "the untar had finished before the power cut"
     fi
-    say "power cut: nbdkit and the guest killed (-9) mid-untar"
+    # Every bsync line in the log was printed after its sync completed,
+    # so before the cut; the last one covers the most.
+    bsynced=$(bsynced_entries)
+    say "power cut: nbdkit and the guest killed (-9) mid-untar; $bsynced entries of part b were synced"
     g_ramback rb2 back="$img"
-    g_boot recover "$rb2_sock" recover ramback.conns=4
+    g_boot recover "$rb2_sock" recover ramback.conns=4 ramback.bsynced="$bsynced"
     g_wait_guest recover
     g_stop rb2
     # The guest replayed the journal; what reached the store is clean.
