@@ -36,9 +36,10 @@ engine (2 connections), and measure drain and populate bandwidth.
   --size=SIZE       image size, e.g. 1G (default 1G, --quick 256M)
   --runtime=S       seconds per fio job (default 10, --quick 3)
   --ramp=S          fio ramp time per job (default 1, --quick 0)
-  --repeat=N        runs of each measurement; the median is kept
-                    (default 1 for fio jobs, 5 for the bandwidths and the
-                    sparse test; --quick 1)
+  --repeat=N        runs of each fio job on each server, interleaved; the
+                    median is kept (default 1)
+  --bw-repeat=N     runs of each bandwidth and sparse measurement, median
+                    kept (default 5, --quick 1)
   --backing-bs=SIZE request size of the backing store baseline (default 1M)
   --sparse-dirty=SIZE  scattered dirty data for the sparse drain test
                     (default 1G, --quick 256M); the small device is twice
@@ -66,7 +67,8 @@ for arg in "$@"; do
         --size=*) size=${arg#*=} ;;
         --runtime=*) runtime=${arg#*=} ;;
         --ramp=*) ramp=${arg#*=} ;;
-        --repeat=*) repeat_fio=${arg#*=}; repeat_bw=${arg#*=} ;;
+        --repeat=*) repeat_fio=${arg#*=} ;;
+        --bw-repeat=*) repeat_bw=${arg#*=} ;;
         --sparse-dirty=*) sparse_dirty=${arg#*=} ;;
         --backing-bs=*) backing_bs=${arg#*=} ;;
         --no-sparse) sparse=no ;;
@@ -93,7 +95,7 @@ fi
 # its image.  Not lower: the core sizes write-back batches at a tenth of
 # a second's worth of this rate, and keeps that size during the clean
 # stop's drain, so 10M gives 1 MiB batches (what the fio baseline uses).
-hold_rate=10M
+hold_rate=${RAMBACK_BENCH_HOLD_RATE:-10M}
 
 die () { echo "$prog: $*" >&2; exit 1; }
 want () { [[ $only == *,$1,* ]]; }
@@ -117,10 +119,11 @@ backing_bs_b=$(to_bytes "$backing_bs")
 half_b=$((size_b / 2))
 [ $((size_b % (2 * 1024 * 1024))) -eq 0 ] ||
     die "--size must be a multiple of 2M (each connection gets half)"
-for v in "$runtime" "$ramp" "$repeat_fio"; do
+for v in "$runtime" "$ramp" "$repeat_fio" "$repeat_bw"; do
     [[ $v =~ ^[0-9]+$ ]] || { echo "$prog: bad number '$v'" >&2; exit 2; }
 done
-[ "$repeat_fio" -ge 1 ] || die "--repeat must be at least 1"
+[ "$repeat_fio" -ge 1 ] && [ "$repeat_bw" -ge 1 ] ||
+    die "--repeat and --bw-repeat must be at least 1"
 
 # Locate the plugin.
 if [ -z "$build" ] && [ -f "$srcdir/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
@@ -198,11 +201,11 @@ start_server () {
     local sock=$WORK/$name.sock pidf=$WORK/$name.pid i
     rm -f "$sock" "$pidf"
     nbdkit -f -U "$sock" -P "$pidf" "$@" >"$WORK/$name.log" 2>&1 &
-    for (( i = 0; i < 3000; i++ )); do
+    for (( i = 0; i < 15000; i++ )); do
         [ -S "$sock" ] && [ -s "$pidf" ] && break
         kill -0 $! 2>/dev/null || {
             tail -20 "$WORK/$name.log" >&2; die "nbdkit $name failed to start"; }
-        sleep 0.01
+        sleep 0.002
     done
     [ -S "$sock" ] || die "nbdkit $name did not start"
     pids+=("$(cat "$pidf")")
@@ -406,6 +409,7 @@ quiesce () {
 # --- backing store and image ----------------------------------------------
 
 IMG=$WORK/disk.img
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 log "work directory $WORK ($fstype), image $size, fio ${runtime}s per job," \
     "page cache drop: $can_drop"
 
@@ -431,10 +435,12 @@ for (( i = 0; i < nbw; i++ )); do
     secs=$(raw_io read "$IMG" "$size_b" "$backing_bs_b")
     bk_r+=("$(fdiv "$size_b" "$secs")")
 
-    # Populate: from starting nbdkit to wait-populated returning, cold.
+    # Populate, page cache cold: from nbdkit serving (its socket exists
+    # just before .after_fork starts the populate thread) until
+    # wait-populated returns.  nbdkit's own startup is not counted.
     drop_caches
-    t0=$(now)
     start_server rb "$PLUGIN" back="$IMG" control="$WORK/rb.ctl"
+    t0=$(now)
     wait_ctl "$WORK/rb.ctl"
     ctl "$WORK/rb.ctl" wait-populated
     t1=$(now)
@@ -491,17 +497,27 @@ if want fio; then
     fio_nbd "$memory_uri" "$WORK/fill.json" --name=fill --rw=write --bs=1M \
         --iodepth=8 --size="$size_b"
 
+    # Job by job, each on every server in turn (repeats interleaved), so
+    # that a change in the machine's load hits all servers alike.
+    declare -A fvals
     for job in "${jobs[@]}"; do
-        for target in "${targets[@]}"; do
-            uriv=${target}_uri
-            [ "$target" = ramback ] && uriv=rb_uri
-            vals=()
-            for (( i = 0; i < repeat_fio; i++ )); do
+        for (( i = 0; i < repeat_fio; i++ )); do
+            for target in "${targets[@]}"; do
+                uriv=${target}_uri
+                [ "$target" = ramback ] && uriv=rb_uri
                 quiesce
-                vals+=("$(run_job "$job" "$target" "${!uriv}" "$WORK/$job-$target.json")")
+                v=$(run_job "$job" "$target" "${!uriv}" "$WORK/$job-$target.json")
+                fvals[$job,$target]+=" $v"
+                if [ "${job_unit[$job]}" = iops ]; then
+                    log "$job on $target: ${v%.*} IOPS"
+                else
+                    log "$job on $target: $(mib "$v") MiB/s"
+                fi
             done
-            result[$job,$target]=$(median "${vals[@]}")
-            log "$job on $target: ${result[$job,$target]} ${job_unit[$job]}"
+        done
+        for target in "${targets[@]}"; do
+            # shellcheck disable=SC2086
+            result[$job,$target]=$(median ${fvals[$job,$target]})
         done
     done
     quiesce
@@ -518,7 +534,6 @@ fi
 # O(dirty), not O(device), so the two drains should take about as long.
 # As above, flush-rate= holds the flusher while the data is written and
 # the clean stop drains it.
-declare -A sp
 want sparse || sparse=no
 if [ "$sparse" = yes ]; then
     chunk=65536
@@ -539,24 +554,33 @@ if [ "$sparse" = yes ]; then
     fi
     sparse_work=$(mktemp -d "$sparse_dir/ramback-bench-sparse.XXXXXX")
     sparse_fs=$(stat -f -c %T "$sparse_work")
+    declare -A devsize=([small]=$((2 * sparse_dirty_b)) [huge]=$huge_b)
+    declare -A spv spw spf
     for dev in small huge; do
-        if [ $dev = small ]; then dev_b=$((2 * sparse_dirty_b)); else dev_b=$huge_b; fi
-        f=$sparse_work/sparse-$dev.img
-        rm -f "$f"
-        if ! truncate -s "$dev_b" "$f" 2>/dev/null; then
-            log "cannot create a $dev_b byte sparse file here: sparse test skipped"
-            sparse=no; break
+        if ! truncate -s "${devsize[$dev]}" "$sparse_work/probe" 2>/dev/null; then
+            log "cannot create a ${devsize[$dev]} byte sparse file in $sparse_work: sparse test skipped"
+            sparse=no
         fi
-        stride=$((dev_b / nios))
-        vals=(); wvals=(); fsvals=()
-        for (( i = 0; i < repeat_bw; i++ )); do
+        rm -f "$sparse_work/probe"
+    done
+    # Runs alternate between the two devices, and the ratio is taken run
+    # by run, so that a change in the machine's load hits both alike.
+    for (( i = 0; i < repeat_bw && ${#devsize[@]} > 0; i++ )); do
+        [ "$sparse" = yes ] || break
+        for dev in small huge; do
+            dev_b=${devsize[$dev]}
+            f=$sparse_work/sparse-$dev.img
+            stride=$((dev_b / nios))
+
             # The file system alone, same pattern: buffered writes and
             # one fdatasync, as ramback's write back does them.
+            rm -f "$f"; truncate -s "$dev_b" "$f"
             drop_caches
             secs=$(raw_io write "$f" "$sparse_dirty_b" "$chunk" "$stride")
-            fsvals+=("$(fdiv "$secs" "$(fdiv "$sparse_dirty_b" $((1 << 30)))")")
-            rm -f "$f"; truncate -s "$dev_b" "$f"
+            spf[$dev]+=" $(fdiv "$secs" "$(fdiv "$sparse_dirty_b" $((1 << 30)))")"
 
+            # ramback on a fresh, empty backing file.
+            rm -f "$f"; truncate -s "$dev_b" "$f"
             start_server sp "$PLUGIN" back="$f" control="$WORK/sp.ctl" \
                 overcommit=true flush-rate="$hold_rate"
             wait_ctl "$WORK/sp.ctl"
@@ -567,23 +591,18 @@ if [ "$sparse" = yes ]; then
             fio_nbd "$sp_uri" "$WORK/sp-w.json" --name=scatter \
                 --rw=write:$((stride - chunk)) --bs=$chunk --iodepth=32 \
                 --size="$dev_b" --number_ios="$nios"
-            wvals+=("$(fio_runtime "$WORK/sp-w.json" write)")
+            w=$(fio_runtime "$WORK/sp-w.json" write)
+            spw[$dev]+=" $w"
             pending=$(pending_bytes "$WORK/sp.ctl")
             drop_caches
             mapfile -t ts < <(timed_drain sp "$WORK/sp.ctl")
-            secs=${ts[0]}
             # Seconds per GiB actually pending, so that the odd chunk the
             # flusher stored before the hold favours neither side.
-            vals+=("$($PY -c 'import sys; print(float(sys.argv[1]) * 2**30 / int(sys.argv[2]))' "$secs" "$pending")")
+            spv[$dev]+=" $(fdiv "${ts[0]}" "$(fdiv "$pending" $((1 << 30)))")"
             log "sparse $dev ($((dev_b >> 20)) MiB device): $(mib "$pending") MiB" \
-                "drained in $secs s (exit after ${ts[1]} s); written in ${wvals[i]} s"
-            # Start the next run from a clean, empty backing file.
-            rm -f "$f"; truncate -s "$dev_b" "$f"
+                "drained in ${ts[0]} s (exit after ${ts[1]} s); written in $w s"
+            rm -f "$f"
         done
-        sp[$dev,spg]=$(median "${vals[@]}")
-        sp[$dev,write]=$(median "${wvals[@]}")
-        sp[$dev,fs]=$(median "${fsvals[@]}")
-        rm -f "$f"
     done
     rm -rf "$sparse_work"
 fi
@@ -596,7 +615,8 @@ report=$WORK/report.txt
          "$(nproc) CPUs, $(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) >> 30 )) GiB RAM"
     echo "image $size on $fstype ($WORK), fio $(fio --version) nbd engine," \
          "2 connections, ${runtime}s per job (ramp ${ramp}s), median of $repeat_fio;"
-    echo "page cache dropped before cold measurements: $can_drop"
+    echo "page cache dropped before cold measurements: $can_drop;" \
+         "load average at start: $load0, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
     if want fio; then
         echo
         export RESULTS
@@ -630,42 +650,49 @@ EOP
     fi
     if want bw; then
         echo
-        bkw=$(median "${bk_w[@]}"); bkr=$(median "${bk_r[@]}")
-        dm=$(median "${drain[@]}"); de=$(median "${drain_e2e[@]}"); pm=$(median "${pop[@]}")
-        $PY - "$bkw" "$bkr" "$dm" "$de" "$pm" "$repeat_bw" <<'EOP'
-import sys
-bkw, bkr, dm, de, pm = map(float, sys.argv[1:6])
+        BK_W="${bk_w[*]}" BK_R="${bk_r[*]}" DRAIN="${drain[*]}" POP="${pop[*]}" \
+        E2E="${drain_e2e[*]}" $PY - <<'EOP'
+import os, statistics as st
+v = {k: [float(x) for x in os.environ[k].split()]
+     for k in ("BK_W", "BK_R", "DRAIN", "POP", "E2E")}
 M = 2**20
-print("%-38s %8s %8s %6s  %s" % ("MiB/s, median of %s" % sys.argv[6],
-                                 "ramback", "backing", "ratio", "target"))
-def row(name, v, b, tgt):
-    r = v / b
-    print("%-38s %8.0f %8.0f %6.2f  %-24s %s" % (name, v / M, b / M, r,
-          tgt, "PASS" if r >= 0.9 else "MISS"))
-row("drain of a fully dirty image", dm, bkw, ">=0.90x backing seq write")
-row("populate, page cache cold", pm, bkr, ">=0.90x backing seq read")
-print("%-38s %8.0f %8.0f %6.2f  (info: flusher runs during the write)" % (
-    "full write, then sync", de / M, bkw / M, de / bkw))
+print("bandwidth, %d runs: medians, and the median of the per-run ratios" %
+      len(v["BK_W"]))
+print("%-34s %8s %8s %6s  %s" % ("MiB/s", "ramback", "backing", "ratio",
+                                 "target"))
+def row(name, a, b, tgt, judge=True):
+    r = st.median([x / y for x, y in zip(v[a], v[b])])
+    print("%-34s %8.0f %8.0f %6.2f  %-26s %s" % (
+        name, st.median(v[a]) / M, st.median(v[b]) / M, r, tgt,
+        ("PASS" if r >= 0.9 else "MISS") if judge else ""))
+row("drain of a fully dirty image", "DRAIN", "BK_W", ">=0.90x backing seq write")
+row("populate, page cache cold", "POP", "BK_R", ">=0.90x backing seq read")
+row("full write, then sync", "E2E", "BK_W",
+    "(info: not fully dirty)", judge=False)
 EOP
     fi
     if [ "$sparse" = yes ]; then
         echo
-        $PY - "${sp[small,spg]}" "${sp[huge,spg]}" "${sp[small,write]}" \
-            "${sp[huge,write]}" "$((2 * sparse_dirty_b))" "$sparse_dirty" \
-            "${sp[small,fs]}" "${sp[huge,fs]}" "$sparse_fs" <<'EOP'
-import sys
-ss, hs, sw, hw, small = map(float, sys.argv[1:6])
-sf, hf = map(float, sys.argv[7:9])
-ratio = hs / ss
-print("%-38s %8s %8s %6s  %s" % ("scattered dirty %s, 64K chunks, %s" % (sys.argv[6], sys.argv[9]),
-      "%.0fG dev" % (small / 2**30), "1T dev", "ratio", "target"))
-print("%-38s %8.3f %8.3f %6.2f  %-24s %s" % (
-    "drain seconds per GiB dirty", ss, hs, ratio, "1T <=1.2x small device",
-    "PASS" if ratio <= 1.2 else "MISS"))
-print("%-38s %8.3f %8.3f %6.2f  (info)" % ("seconds to write it into ramback",
-      sw, hw, hw / sw))
-print("%-38s %8.3f %8.3f %6.2f  (info: the file system's share)" % (
-      "same pattern on the file directly, s/GiB", sf, hf, hf / sf))
+        SPV_S="${spv[small]}" SPV_H="${spv[huge]}" SPW_S="${spw[small]}" \
+        SPW_H="${spw[huge]}" SPF_S="${spf[small]}" SPF_H="${spf[huge]}" \
+        $PY - "$((2 * sparse_dirty_b))" "$sparse_dirty" "$sparse_fs" <<'EOP'
+import os, sys, statistics as st
+def l(k): return [float(x) for x in os.environ[k].split()]
+small = int(sys.argv[1])
+dev = ("%.0fG" % (small / 2**30)) if small >= 2**30 else ("%.0fM" % (small / 2**20))
+print("scattered dirty data: %s in 64K chunks, backing files on %s, %d runs:" % (
+    sys.argv[2], sys.argv[3], len(l("SPV_S"))))
+print("medians, and the median of the per-run ratios")
+print("%-40s %7s %7s %6s  %s" % ("", dev + " dev", "1T dev", "ratio", "target"))
+def row(name, a, b, tgt=None):
+    s, h = l(a), l(b)
+    r = st.median([y / x for x, y in zip(s, h)])
+    print("%-40s %7.3f %7.3f %6.2f  %-24s %s" % (
+        name, st.median(s), st.median(h), r, tgt or "(info)",
+        ("PASS" if r <= 1.2 else "MISS") if tgt else ""))
+row("drain, seconds per GiB dirty", "SPV_S", "SPV_H", "1T <=1.2x small device")
+row("writing it into ramback, seconds", "SPW_S", "SPW_H")
+row("same pattern on the file alone, s/GiB", "SPF_S", "SPF_H")
 EOP
     fi
 } > "$report"
