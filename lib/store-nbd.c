@@ -32,7 +32,8 @@
  * once with 0 or an errno.
  *
  * Connection loss.  When a handle dies (server killed, connection
- * reset, or no reply for REQUEST_TIMEOUT_NS) its in-flight pieces fail
+ * reset, or REQUEST_TIMEOUT_NS without socket activity while requests
+ * are in flight) its in-flight pieces fail
  * with EIO, the connection goes down, and the store is OFFLINE once no
  * connection is up.  Nothing here retries a failed write: the core
  * keeps the data dirty and retries with its own backoff.  A down
@@ -800,6 +801,8 @@ conn_thread (void *vp)
       }
       if (fds[1].revents & POLLIN)
         drain_wakefd (c);
+      if (fds[0].revents)       /* the socket moves: the server lives */
+        c->last_progress_ns = rb_now_ns ();
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
         nbd_aio_notify_read (c->nbd);
       else if (fds[0].revents & POLLOUT)
@@ -809,8 +812,15 @@ conn_thread (void *vp)
                    : "the server closed the connection");
         continue;
       }
-      /* Watchdog: a server that stops answering must not hang us. */
-      if (inflight > 0 && nbd_aio_in_flight (c->nbd) > 0 &&
+      /* Watchdog: a server that stops answering must not hang us.
+       * It measures time without any socket activity while requests
+       * are in flight, and only a poll that found the socket idle
+       * counts, so that a stall of this thread (a loaded machine, a
+       * sanitizer) with replies waiting is not taken for a dead server,
+       * and a slow link that keeps moving bytes is not either.
+       */
+      if (fds[0].revents == 0 && inflight > 0 &&
+          nbd_aio_in_flight (c->nbd) > 0 &&
           rb_now_ns () - c->last_progress_ns > REQUEST_TIMEOUT_NS) {
         conn_lost (c, "no reply from the server for 30 s");
         continue;
