@@ -80,14 +80,20 @@ void rbk_copy_bio(struct rbk *rbk, struct bio *bio, u64 offset, bool to_ram)
 	struct bvec_iter iter;
 
 	bio_for_each_segment(bv, bio, iter) {
-		/* bv lies in one page; RAM pages may split it in two. */
-		while (bv.bv_len) {
+		/*
+		 * bv lies in one page; RAM pages may split it in two.  bv
+		 * itself must stay intact: the iterator advances by its
+		 * length.
+		 */
+		unsigned int done = 0;
+
+		while (done < bv.bv_len) {
 			unsigned int po = offset & ~PAGE_MASK;
-			unsigned int n = min_t(unsigned int, bv.bv_len,
+			unsigned int n = min_t(unsigned int, bv.bv_len - done,
 					       PAGE_SIZE - po);
 			struct bio_vec part = {
 				.bv_page = bv.bv_page,
-				.bv_offset = bv.bv_offset,
+				.bv_offset = bv.bv_offset + done,
 				.bv_len = n,
 			};
 			char *ram = kmap_local_page(rbk->pages[offset >> PAGE_SHIFT]);
@@ -97,8 +103,7 @@ void rbk_copy_bio(struct rbk *rbk, struct bio *bio, u64 offset, bool to_ram)
 			else
 				memcpy_to_bvec(&part, ram + po);
 			kunmap_local(ram);
-			bv.bv_offset += n;
-			bv.bv_len -= n;
+			done += n;
 			offset += n;
 		}
 	}

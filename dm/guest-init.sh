@@ -1,0 +1,261 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# PID 1 of the dm-ramback test guest (dm/test-dm.sh builds the initramfs
+# and checks the result).  Disks: /dev/vda is the backing device (the
+# host's back.img), /dev/vdb the read-only pattern source.  The host's
+# /ramback/test.conf gives the write lists and the sha256 of every region
+# and device image the host's model expects.
+#
+# Serial console protocol (as qemu-guest/):
+#   RAMBACK-MARK: <phase> <uptime>   progress
+#   RAMBACK-TIME: <phase> <seconds>  how long a phase took
+#   RAMBACK-RESULT: PASS | FAIL <why>  the verdict, always last
+# The guest then powers off.  A kernel oops or warning panics the kernel
+# (oops=panic panic_on_warn=1) and QEMU exits with no RESULT line, which
+# the host counts as a failure.
+
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin DM_DISABLE_UDEV=1
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+exec </dev/console >/dev/console 2>&1
+
+now () { cut -d' ' -f1 /proc/uptime; }
+mark () { echo "RAMBACK-MARK: $1 $(now)"; }
+fail () {
+  echo "RAMBACK-RESULT: FAIL $*"
+  dmsetup status 2>&1 | sed 's/^/  status: /'
+  dmesg | tail -30 | sed 's/^/  dmesg: /'
+  sync
+  poweroff -f
+  sleep 10
+}
+phase_start=0
+phase () {
+  if [ -n "${phase_name:-}" ]; then
+    echo "RAMBACK-TIME: $phase_name $(echo "$(now) $phase_start" | awk '{printf "%.1f", $1 - $2}')"
+  fi
+  phase_name=$1
+  phase_start=$(now)
+  mark "$1"
+}
+
+. /ramback/test.conf
+
+for m in $(cat /lib/modules/load-order); do
+  insmod "/lib/modules/$m" || fail "insmod $m"
+done
+insmod /ramback/dm-ramback.ko || fail "insmod dm-ramback.ko"
+dmsetup targets | grep -q '^ramback ' || fail "no ramback target registered"
+
+RB=/dev/mapper/rb
+BACK=/dev/vda
+PAT=/dev/vdb
+
+# Status fields after "<start> <len> ramback" (see rbk-target.c).
+F_ERROR=1 F_CHUNKS=2 F_LOADED=3 F_DIRTY=4 F_INFLIGHT=5 F_MODE=6
+F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10
+st () { dmsetup status "$1" | cut -d' ' -f$(( $2 + 3 )); }
+
+# Wait up to $4 seconds for field $2 of device $1 to equal $3.
+wait_st () {
+  local i=0
+  while [ "$(st "$1" "$2")" != "$3" ]; do
+    i=$((i + 1))
+    [ $i -le $(( $4 * 10 )) ] ||
+      fail "$1: status field $2 is '$(st "$1" "$2")', not '$3' after $4 s"
+    usleep 100000
+  done
+}
+
+# All I/O to the devices under test is O_DIRECT, so the page cache can
+# neither hide nor reshape it: 512-byte writes reach the target as
+# 512-byte bios.  busybox dd silently drops O_DIRECT when a write fails
+# with EINVAL, and its buffer is page-aligned (mmap) only when bs is at
+# least a page, so bs is 4096 and offsets and counts are in bytes.
+DIO="bs=4096 iflag=skip_bytes,count_bytes"
+
+# Apply a write list "dst:count:src ..." (sectors) from the pattern disk.
+apply () {
+  local dev=$1 w
+  for w in $2; do
+    set -- $(echo "$w" | tr : ' ')
+    dd if=$PAT of="$dev" $DIO oflag=seek_bytes,direct conv=notrunc \
+       skip=$(($3 * 512)) seek=$(($1 * 512)) count=$(($2 * 512)) \
+       status=none || return 1
+  done
+}
+
+sha_of () {   # dev first count  (sectors; count 0: to the end)
+  if [ "$3" = 0 ]; then
+    dd if="$1" bs=65536 iflag=direct status=none
+  else
+    dd if="$1" $DIO,direct skip=$(($2 * 512)) count=$(($3 * 512)) status=none
+  fi | sha256sum | cut -d' ' -f1
+}
+
+# Check regions "first:count:sha256 ..." of a device.
+check () {
+  local dev=$1 what=$3 r
+  for r in $2; do
+    set -- $(echo "$r" | tr : ' ')
+    [ "$(sha_of "$dev" "$1" "$2")" = "$3" ] ||
+      fail "$what: sectors $1+$2 of $dev differ from the model"
+  done
+}
+
+check_full () {   # dev sha what
+  [ "$(sha_of "$1" 0 0)" = "$2" ] || fail "$3: $1 differs from the model"
+}
+
+table () { echo "0 $SECTORS ramback $BACK $*"; }
+
+# ---- bad tables are refused -------------------------------------------
+phase reject
+for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk"; do
+  if dmsetup create bad --table "$(table $t)" 2>/dev/null; then
+    fail "table '$t' was accepted"
+  fi
+done
+if dmsetup create bad --table "0 $((SECTORS + 8)) ramback $BACK" 2>/dev/null; then
+  fail "a target larger than its backing device was accepted"
+fi
+dmsetup info bad >/dev/null 2>&1 && fail "a refused table left a device behind"
+
+# ---- A: demand loads and writes to unloaded chunks -----------------------
+phase demand
+dmsetup create rb --table "$(table 8 1 nopopulate)" || fail "create rb"
+[ "$(st rb $F_LOADED)" = 0 ] || fail "chunks loaded at create with nopopulate"
+[ "$(st rb $F_POPULATE)" = off ] || fail "populate state is not off"
+[ "$(st rb $F_CHUNKS)" = $((SECTORS / 8)) ] || fail "wrong chunk count"
+check $RB "$REG_ORIG" "demand read"
+loaded=$(st rb $F_LOADED)
+[ "$loaded" -gt 0 ] && [ "$loaded" -lt $((SECTORS / 8)) ] ||
+  fail "demand reads loaded $loaded chunks"
+[ "$(st rb $F_DEMAND)" = "$loaded" ] || fail "demand loaded count"
+apply $RB "$WR_A" || fail "writes A"
+check $RB "$REG_A" "after writes A"
+[ "$(st rb $F_LOADED)" -lt $((SECTORS / 8)) ] || fail "everything got loaded"
+dmsetup message rb 0 flush || fail "flush message after A"
+[ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush"
+check_full $BACK "$FULL_A" "backing device after A and flush"
+
+# ---- B: populate with reads and parallel writes under way ----------------
+phase populate
+dmsetup message rb 0 populate || fail "populate message"
+check_full $RB "$FULL_A" "full read during populate"
+echo "populate state after the full read: $(st rb $F_POPULATE), loaded $(st rb $F_LOADED)"
+pids=
+for l in "$WR_B1" "$WR_B2" "$WR_B3" "$WR_B4"; do
+  apply $RB "$l" &
+  pids="$pids $!"
+done
+for p in $pids; do wait $p || fail "a parallel writer failed"; done
+wait_st rb $F_POPULATE populated 300
+[ "$(st rb $F_LOADED)" = $((SECTORS / 8)) ] || fail "populated but not all loaded"
+check $RB "$REG_B" "after writes B"
+check_full $RB "$FULL_B" "full read after populate"
+
+# ---- C: writethrough ---------------------------------------------------
+# C0 leaves 1 MiB dirty; C1 and C2 then write through into the same
+# chunks, in parallel with each other and with its write back (disjoint
+# sectors, so the model does not depend on their order).
+phase writethrough
+apply $RB "$WR_C0" || fail "writes C0"
+dmsetup message rb 0 writethrough || fail "writethrough message"
+[ "$(st rb $F_MODE)" = writethrough ] || fail "mode is not writethrough"
+dmsetup table rb | grep -q ' 1 writethrough$' || fail "table does not show writethrough: $(dmsetup table rb)"
+wt0=$(st rb $F_WT)
+apply $RB "$WR_C1" & p1=$!
+apply $RB "$WR_C2" & p2=$!
+wait $p1 || fail "writes C1"
+wait $p2 || fail "writes C2"
+apply $RB "$WR_C" || fail "writes C"
+[ "$(st rb $F_WT)" -ge $((wt0 + NWR_C)) ] || fail "writes C were not written through"
+# Written through: on the backing device now, whatever is still dirty.
+check $BACK "$REGX_C" "backing device right after writethrough writes"
+check $RB "$REG_C" "after writes C"
+dmsetup message rb 0 flush || fail "flush message after C"
+[ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush in writethrough"
+check_full $BACK "$FULL_C" "backing device after C and flush"
+dmsetup message rb 0 writeback || fail "writeback message"
+[ "$(st rb $F_MODE)" = writeback ] || fail "mode is not writeback"
+apply $RB "$WR_D" || fail "writes D"
+check $RB "$REG_D" "after writes D"
+
+# ---- suspend drains -------------------------------------------------------
+phase suspend
+dmsetup suspend rb || fail "suspend"
+[ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks while suspended"
+[ "$(st rb $F_INFLIGHT)" = 0 ] || fail "write back in flight while suspended"
+check_full $BACK "$FULL_D" "backing device while suspended"
+dmsetup resume rb || fail "resume"
+
+# ---- E: table reload with dirty data, to 32 KiB chunks --------------------
+phase reload
+apply $RB "$WR_E" || fail "writes E"
+dmsetup reload rb --table "$(table 64)" || fail "reload"
+dmsetup resume rb || fail "resume after reload"
+[ "$(st rb $F_CHUNKS)" = $((SECTORS / 64)) ] || fail "reloaded table has the wrong chunk count"
+check $RB "$REG_E" "after reload"
+check_full $RB "$FULL_E" "full read after reload"
+
+# ---- F: remove with dirty data --------------------------------------------
+phase remove
+apply $RB "$WR_F" || fail "writes F"
+dmsetup remove rb || fail "remove"
+check_full $BACK "$FULL_F" "backing device after remove"
+
+# ---- G: remove while populating, then repopulate ---------------------------
+phase remove-populating
+dmsetup create rb --table "$(table)" || fail "create rb (G)"
+apply $RB "$WR_G" || fail "writes G"
+echo "remove while $(st rb $F_POPULATE), loaded $(st rb $F_LOADED) of $(st rb $F_CHUNKS)"
+dmsetup remove rb || fail "remove while populating"
+check_full $BACK "$FULL_G" "backing device after remove while populating"
+dmsetup create rb --table "$(table 16)" || fail "create rb again"
+check_full $RB "$FULL_G" "repopulated device"
+check $RB "$REG_G" "repopulated regions"
+dmsetup remove rb || fail "remove (G)"
+
+# ---- H: the backing device fails, then recovers ----------------------------
+phase backing-errors
+dmsetup create back --table "0 $SECTORS linear $BACK 0" || fail "create linear"
+dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/back" || fail "create rb (H)"
+wait_st rb $F_POPULATE populated 300
+apply $RB "$WR_H1" || fail "writes H1"
+dmsetup message rb 0 flush || fail "flush before the failure"
+dmsetup suspend back && dmsetup reload back --table "0 $SECTORS error" &&
+  dmsetup resume back || fail "switch the backing device to error"
+apply $RB "$WR_H2" || fail "writes H2 (writeback: RAM only)"
+if dmsetup message rb 0 flush 2>/dev/null; then
+  fail "flush succeeded on a failing backing device"
+fi
+[ "$(st rb $F_ERROR)" = -5 ] || fail "error is '$(st rb $F_ERROR)', not -5 (EIO)"
+[ "$(st rb $F_DIRTY)" -gt 0 ] || fail "failed write back lost the dirty state"
+dmsetup message rb 0 writethrough || fail "writethrough message (H)"
+if apply $RB "$WR_H3" 2>/dev/null; then
+  fail "writethrough write succeeded on a failing backing device"
+fi
+check $RB "$REG_H" "RAM keeps failed writes"
+dmsetup suspend back && dmsetup reload back --table "0 $SECTORS linear $BACK 0" &&
+  dmsetup resume back || fail "restore the backing device"
+dmsetup message rb 0 flush || fail "flush after the backing device recovered"
+[ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after recovery"
+check_full /dev/mapper/back "$FULL_H" "backing device after recovery"
+dmsetup remove rb || fail "remove (H)"
+dmsetup remove back || fail "remove linear"
+
+# ---- the module unloads cleanly ---------------------------------------------
+phase unload
+rmmod dm_ramback || fail "rmmod dm_ramback"
+if dmesg | grep -E 'BUG|WARNING|Oops|Call Trace|general protection|hung_task'; then
+  fail "kernel complained (see dmesg above)"
+fi
+phase done
+sync
+echo "RAMBACK-RESULT: PASS"
+poweroff -f
+sleep 10

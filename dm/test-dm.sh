@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# Test the dm-ramback target inside a QEMU guest (TCG; nothing is ever
+# loaded into the host's kernel).  Builds the module (dm/build.sh) and
+# the guest (dm/guest-build.sh), makes a backing image full of random
+# data and a pattern image, and keeps a model: every write the guest
+# makes is also applied to a copy of the backing image here, so each
+# check in the guest (dm/guest-init.sh) compares against a sha256 the
+# host computed.  After QEMU exits, the backing image itself must equal
+# the final model.
+#
+# Phases (guest-init.sh): refused tables; demand loads and writes to
+# unloaded chunks (nopopulate); populate under a full read and parallel
+# writers; writethrough (data on the backing device at completion) and
+# back; suspend drains; table reload with dirty data to another chunk
+# size; remove with dirty data; remove while populating, repopulate; the
+# backing device failing (dm error target) and recovering; rmmod.
+#
+# Exit: 0 pass, 1 fail, 77 skip (no qemu or no kernel headers).
+# Environment: RAMBACK_DM_TIMEOUT (seconds for the guest, default 900),
+#   RAMBACK_DM_KEEP=1 keeps the scratch directory, RAMBACK_DM_SMP (2).
+
+set -euo pipefail
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${RAMBACK_DM_CACHE:-/var/cache/ramback-guest/dm}
+QEMU=${QEMU:-qemu-system-x86_64}
+TIMEOUT=${RAMBACK_DM_TIMEOUT:-900}
+SMP=${RAMBACK_DM_SMP:-2}
+SECTORS=65536                   # 32 MiB device
+PATTERN_SECTORS=8192            # 4 MiB of write data
+
+skip () { echo "SKIP: $*" >&2; exit 77; }
+die () { echo "FAIL: $*" >&2; exit 1; }
+say () { echo "[$(date +%T)] $*"; }
+
+command -v "$QEMU" >/dev/null || skip "$QEMU is not installed (package qemu-system-x86)"
+for c in cpio gzip sha256sum dd timeout apt-cache; do
+  command -v "$c" >/dev/null || skip "'$c' is not installed"
+done
+
+T=$(mktemp -d "${TMPDIR:-/var/tmp}/ramback-dm.XXXXXX")
+qemu_pid=
+cleanup () {
+  local rc=$?
+  set +e
+  if [ -n "$qemu_pid" ]; then
+    kill -9 "$qemu_pid" 2>/dev/null
+    wait "$qemu_pid" 2>/dev/null
+  fi
+  if [ $rc -ne 0 ] && [ -f "$T/serial.log" ]; then
+    echo "--- last lines of $T/serial.log ---" >&2
+    tail -40 "$T/serial.log" | tr -d '\r' >&2
+  fi
+  if [ "${RAMBACK_DM_KEEP:-0}" = 1 ]; then echo "kept $T" >&2; else rm -rf "$T"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+t0=$SECONDS
+say "guest: $CACHE"
+"$here/guest-build.sh" || die "building the guest failed"
+# shellcheck disable=SC1091
+. "$CACHE/guest.env"
+[ -f "/usr/src/linux-headers-$GUEST_KERNEL_VERSION/Makefile" ] ||
+  skip "linux-headers-$GUEST_KERNEL_VERSION is not installed"
+say "module: building against $GUEST_KERNEL_VERSION"
+ko=$(RAMBACK_DM_BUILD="$T/build" "$here/build.sh" -o "$T" "$GUEST_KERNEL_VERSION") ||
+  die "building dm-ramback.ko failed"
+t_build=$((SECONDS - t0))
+
+# ---- images and the model ----------------------------------------------
+head -c $((SECTORS * 512)) /dev/urandom >"$T/back.img"
+head -c $((PATTERN_SECTORS * 512)) /dev/urandom >"$T/pattern.img"
+cp "$T/back.img" "$T/model.img"
+sha () { sha256sum "$@" | cut -d' ' -f1; }
+region_sha () { dd if="$T/model.img" bs=512 skip="$1" count="$2" status=none | sha; }
+
+# Write lists "dst:count:src" in sectors (chunks are 8 sectors unless the
+# phase says otherwise): partial heads and tails, whole chunks, runs
+# crossing loaded and unloaded chunks, the first and last sectors.
+WR_A="803:3:0 1600:8:10 2405:20:30 100:16:60 65530:6:80 32768:2048:100 40001:1:2200"
+WR_B1="8192:100:3000 8300:7:3100"
+WR_B2="16384:256:3200 16390:3:3500"
+WR_B3="50000:64:3600"
+WR_B4="60000:9:3700 60100:300:3800"
+WR_C0="20480:2048:0"            # dirty, so write back is busy there...
+WR_C1="20483:2:4100 20500:3:4110 20600:8:4120"   # ...when these two write
+WR_C2="20485:1:4170 20488:4:4130 20700:16:4140 21000:1:4160"  # through in parallel
+WR_C="803:3:4180 12000:24:4200 12003:5:4300 0:8:4400 64000:1000:4500"
+WR_D="12001:2:5600 30000:500:5700"
+WR_E="7:9:6300 45000:77:6400"
+WR_F="100:200:6500 20000:40:6800"
+WR_G="5:5:6900 33000:300:7000 65535:1:7400"
+WR_H1="1000:64:7500"
+WR_H2="2000:100:7600 1010:4:7700"
+WR_H3="3001:6:7800"   # one dd write: it fails, so dd stops there
+READS_ORIG="100:64 20000:1024 5:3 65000:536"
+
+apply_model () {
+  local w d n s
+  for w in $1; do
+    IFS=: read -r d n s <<<"$w"
+    dd if="$T/pattern.img" of="$T/model.img" bs=512 skip="$s" seek="$d" \
+       count="$n" conv=notrunc status=none
+  done
+}
+# Regions to check for a write list: each write, 8 sectors either side
+# (so the neighbours of a partial write are checked too), or exact.
+regions () {   # list [exact]
+  local w d n s a b out=
+  for w in $1; do
+    IFS=: read -r d n s <<<"$w"
+    if [ "${2:-}" = exact ]; then a=$d; b=$((d + n)); else
+      a=$((d > 8 ? d - 8 : 0)); b=$((d + n + 8 < SECTORS ? d + n + 8 : SECTORS)); fi
+    out="$out $a:$((b - a)):$(region_sha "$a" $((b - a)))"
+  done
+  echo "$out"
+}
+# Bios a write list makes: the guest's dd writes 4 KiB at a time.
+bios () {
+  local w d n s b=0
+  for w in $1; do
+    IFS=: read -r d n s <<<"$w"
+    b=$((b + (n + 7) / 8))
+  done
+  echo $b
+}
+reads () {
+  local r f n out=
+  for r in $1; do
+    IFS=: read -r f n <<<"$r"
+    out="$out $f:$n:$(region_sha "$f" "$n")"
+  done
+  echo "$out"
+}
+
+{
+  echo "SECTORS=$SECTORS"
+  for v in WR_A WR_B1 WR_B2 WR_B3 WR_B4 WR_C0 WR_C1 WR_C2 WR_C WR_D WR_E WR_F WR_G WR_H1 WR_H2 WR_H3; do
+    echo "$v='${!v}'"
+  done
+  echo "REG_ORIG='$(reads "$READS_ORIG")'"
+  apply_model "$WR_A"
+  echo "REG_A='$(regions "$WR_A")'"; echo "FULL_A=$(sha "$T/model.img")"
+  B="$WR_B1 $WR_B2 $WR_B3 $WR_B4"
+  apply_model "$B"
+  echo "REG_B='$(regions "$B")'"; echo "FULL_B=$(sha "$T/model.img")"
+  C="$WR_C1 $WR_C2 $WR_C"
+  apply_model "$WR_C0 $C"
+  echo "REG_C='$(regions "$C")'"; echo "REGX_C='$(regions "$C" exact)'"
+  echo "NWR_C=$(bios "$C")"; echo "FULL_C=$(sha "$T/model.img")"
+  apply_model "$WR_D"
+  echo "REG_D='$(regions "$WR_D")'"; echo "FULL_D=$(sha "$T/model.img")"
+  apply_model "$WR_E"
+  echo "REG_E='$(regions "$WR_E")'"; echo "FULL_E=$(sha "$T/model.img")"
+  apply_model "$WR_F"
+  echo "FULL_F=$(sha "$T/model.img")"
+  apply_model "$WR_G"
+  echo "REG_G='$(regions "$WR_G")'"; echo "FULL_G=$(sha "$T/model.img")"
+  # H3 fails in writethrough but stays in RAM and is written back later.
+  apply_model "$WR_H1 $WR_H2 $WR_H3"
+  echo "REG_H='$(regions "$WR_H2 $WR_H3")'"; echo "FULL_H=$(sha "$T/model.img")"
+} >"$T/test.conf"
+final_sha=$(sha "$T/model.img")
+
+# ---- the initramfs: the cached base plus this run's files -------------------
+mkdir -p "$T/extra/ramback"
+cp "$here/guest-init.sh" "$T/extra/init"
+chmod 755 "$T/extra/init"
+cp "$ko" "$T/test.conf" "$T/extra/ramback/"
+(cd "$T/extra" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |
+  gzip >"$T/extra.cpio.gz"
+cat "$CACHE/base.cpio.gz" "$T/extra.cpio.gz" >"$T/initrd"
+
+# ---- run the guest -------------------------------------------------------------
+say "guest: booting $GUEST_KERNEL_VERSION under TCG (smp $SMP, timeout $TIMEOUT s)"
+t1=$SECONDS
+timeout -k 10 "$TIMEOUT" "$QEMU" -accel tcg -m 768 -smp "$SMP" \
+  -nodefaults -display none -no-reboot \
+  -serial "file:$T/serial.log" \
+  -kernel "$CACHE/vmlinuz" -initrd "$T/initrd" \
+  -append "console=ttyS0 rdinit=/init panic=-1 oops=panic panic_on_warn=1 loglevel=4" \
+  -drive "file=$T/back.img,format=raw,if=virtio,cache=writeback" \
+  -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" &
+qemu_pid=$!
+rc=0
+wait "$qemu_pid" || rc=$?
+qemu_pid=
+t_guest=$((SECONDS - t1))
+
+tr -d '\r' <"$T/serial.log" >"$T/console.log"
+grep -a '^RAMBACK-TIME:' "$T/console.log" | sed 's/^RAMBACK-TIME: /  phase /' || true
+result=$(grep -a '^RAMBACK-RESULT:' "$T/console.log" | tail -1 || true)
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || die "the guest did not finish in $TIMEOUT s"
+[ -n "$result" ] || die "the guest reported no result (kernel panic or crash? qemu exit $rc)"
+[ "$result" = "RAMBACK-RESULT: PASS" ] || die "guest: ${result#RAMBACK-RESULT: }"
+[ $rc -eq 0 ] || die "qemu exited with status $rc"
+
+# The guest's last word on the backing device, checked from the host.
+got=$(sha "$T/back.img")
+[ "$got" = "$final_sha" ] || die "back.img after the guest (sha256 $got) differs from the model ($final_sha)"
+say "PASS: backing image equals the model; build ${t_build}s, guest ${t_guest}s, total $((SECONDS - t0))s"
