@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck disable=SC2154  # NAME_sock, NAME_pid... are set by eval in guest-lib.sh
 #
 # The headline benchmark: in a QEMU guest (Debian's kernel nbd client,
 # ext4), the time to untar 3,484 real source files (77 MB, from Debian's

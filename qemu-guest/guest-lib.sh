@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck shell=bash disable=SC2054  # QEMU options are comma lists
 # Host-side helpers for the QEMU guest scenarios and bench/bench-guest.sh.
 # Source it from bash:  . "$srcdir/guest-lib.sh"
 #
@@ -74,7 +75,6 @@ need "$QEMU" "$NBDKIT" cpio gzip python3 e2fsck debugfs sha256sum
 # ---- the guest image ----------------------------------------------------
 "$guest_srcdir/guest-build.sh" ${RAMBACK_GUEST_VERBOSE:+-v} ||
   die "building the guest failed"
-# shellcheck disable=SC1091
 . "$CACHE/guest.env"
 
 # The repository's init and guest scripts, and the manifests, go into a

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck disable=SC2154  # NAME_sock, NAME_pid... are set by eval in guest-lib.sh
 #
 # scenario.sh NAME: run one QEMU guest scenario against the ramback plugin
 # and exit 0 only if every guest boot reported PASS and every host-side
@@ -38,7 +39,7 @@ make_untarred () {
 # Restart on the same backing store with populate throttled, so the guest
 # attaches, checks and reads while most of the image is not in RAM yet.
 verify_during_populate () {
-  local rate=${RAMBACK_GUEST_POPULATE_RATE:-4M} progress populated
+  local rate=${RAMBACK_GUEST_POPULATE_RATE:-2M} progress populated
   g_ramback rb2 back="$img" populate-rate="$rate"
   g_boot verify "$rb2_sock" verify ramback.conns=4
   g_wait_mark verify attached

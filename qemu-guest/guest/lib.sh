@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck shell=dash disable=SC2046
 # Guest-side helpers, sourced by /init (busybox sh).
 
 NBD_HOST=10.0.2.100

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck shell=dash disable=SC2046
 # What the guest does in one boot, selected by ramback.step=NAME.  The
 # host chains boots into scenarios (see ../scenarios.sh).
 
