@@ -99,10 +99,11 @@ BB=$ux/bin/busybox
 mdir=$kx/lib/modules/$kver
 [ -f "$mdir/modules.dep" ] || "$BB" depmod -b "$kx" "$kver"
 
-# The virtio PCI transport and disks, and device-mapper itself.  The
-# error target (used to fail the backing device on purpose) is part of
-# dm-mod.
-wanted=(virtio_pci virtio_blk dm-mod)
+# The virtio PCI transport and disks, device-mapper itself, and
+# dm-delay (a slow backing device, to hold write back in flight while
+# the test races writes and populate against it).  The error target
+# (to fail the backing device on purpose) is part of dm-mod.
+wanted=(virtio_pci virtio_blk dm-mod dm-delay)
 declare -A seen=()
 order=()
 visit () {

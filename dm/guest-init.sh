@@ -248,6 +248,52 @@ check_full /dev/mapper/back "$FULL_H" "backing device after recovery"
 dmsetup remove rb || fail "remove (H)"
 dmsetup remove back || fail "remove linear"
 
+# ---- R: races, with write back held in flight by a slow backing device -----
+# Writes to the backing device take a second, reads 200 ms (dm-delay).
+#  - R2 lands on chunks whose write back (of R1) is in flight: the flusher
+#    moved them to CLEAN before capturing, so R2 re-dirties them and is
+#    stored too (capture-then-clean would lose R2);
+#  - populate runs over chunks that are dirty and not yet stored: it must
+#    load only EMPTY chunks, or it would put stale data over R1 and R2;
+#  - R2B writes into chunks still EMPTY just as populate starts (reads
+#    take 200 ms, so its runs are in flight): a run must not land on a
+#    write that got there first (the populate race);
+#  - R3 writes through into chunks whose write back (of R3A) is in
+#    flight: it waits behind it and is on the backing device when done;
+#  - R4 is still dirty, and populate far from done, when the device is
+#    removed: remove writes it back first.
+phase races
+dmsetup create slow --table "0 $SECTORS delay $BACK 0 200 $BACK 0 1000" ||
+  fail "create delay"
+dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/slow 8 1 nopopulate" ||
+  fail "create rb (R)"
+apply $RB "$WR_R1" || fail "writes R1"
+usleep 300000
+echo "in flight before R2: $(st rb $F_INFLIGHT) chunks"
+apply $RB "$WR_R2" || fail "writes R2"
+dmsetup message rb 0 populate || fail "populate message (R)"
+apply $RB "$WR_R2B" || fail "writes R2B"
+echo "populate after R2B: $(st rb $F_POPULATE), loaded $(st rb $F_LOADED)"
+wait_st rb $F_POPULATE populated 300
+check_full $RB "$FULL_R2" "RAM after populating over dirty chunks"
+apply $RB "$WR_R3A" || fail "writes R3A"
+usleep 300000
+echo "in flight before R3: $(st rb $F_INFLIGHT) chunks"
+dmsetup message rb 0 writethrough || fail "writethrough message (R)"
+apply $RB "$WR_R3" || fail "writes R3"
+check $BACK "$REGX_R3" "written through behind write back"
+dmsetup message rb 0 flush || fail "flush (R)"
+check_full $BACK "$FULL_R3" "backing device after the races"
+dmsetup remove rb || fail "remove (R)"
+# Remove with dirty data while populate (200 ms a run) is under way.
+dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/slow" ||
+  fail "create rb (R4)"
+apply $RB "$WR_R4" || fail "writes R4"
+echo "remove while $(st rb $F_POPULATE), loaded $(st rb $F_LOADED) of $(st rb $F_CHUNKS), dirty $(st rb $F_DIRTY)"
+dmsetup remove rb || fail "remove while populating (R4)"
+check_full $BACK "$FULL_R4" "backing device after remove while populating"
+dmsetup remove slow || fail "remove delay"
+
 # ---- the module unloads cleanly ---------------------------------------------
 phase unload
 rmmod dm_ramback || fail "rmmod dm_ramback"

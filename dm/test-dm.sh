@@ -15,11 +15,16 @@
 # writers; writethrough (data on the backing device at completion) and
 # back; suspend drains; table reload with dirty data to another chunk
 # size; remove with dirty data; remove while populating, repopulate; the
-# backing device failing (dm error target) and recovering; rmmod.
+# backing device failing (dm error target) and recovering; races against
+# a slow backing device (dm-delay): writes landing while their chunks are
+# being written back, populate over dirty chunks, writethrough behind
+# write back; rmmod.
 #
 # Exit: 0 pass, 1 fail, 77 skip (no qemu or no kernel headers).
 # Environment: RAMBACK_DM_TIMEOUT (seconds for the guest, default 900),
-#   RAMBACK_DM_KEEP=1 keeps the scratch directory, RAMBACK_DM_SMP (2).
+#   RAMBACK_DM_KEEP=1 keeps the scratch directory, RAMBACK_DM_SMP (2),
+#   RAMBACK_DM_MODULE=path/dm-ramback.ko tests that module instead of
+#   building one.
 
 set -euo pipefail
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
@@ -67,9 +72,14 @@ say "guest: $CACHE"
 . "$CACHE/guest.env"
 [ -f "/usr/src/linux-headers-$GUEST_KERNEL_VERSION/Makefile" ] ||
   skip "linux-headers-$GUEST_KERNEL_VERSION is not installed"
-say "module: building against $GUEST_KERNEL_VERSION"
-ko=$(RAMBACK_DM_BUILD="$T/build" "$here/build.sh" -o "$T" "$GUEST_KERNEL_VERSION") ||
-  die "building dm-ramback.ko failed"
+if [ -n "${RAMBACK_DM_MODULE:-}" ]; then
+  ko=$RAMBACK_DM_MODULE          # a module built elsewhere (dm/build.sh)
+  say "module: $ko"
+else
+  say "module: building against $GUEST_KERNEL_VERSION"
+  ko=$(RAMBACK_DM_BUILD="$T/build" "$here/build.sh" -o "$T" "$GUEST_KERNEL_VERSION") ||
+    die "building dm-ramback.ko failed"
+fi
 t_build=$((SECONDS - t0))
 
 # ---- images and the model ----------------------------------------------
@@ -98,6 +108,12 @@ WR_G="5:5:6900 33000:300:7000 65535:1:7400"
 WR_H1="1000:64:7500"
 WR_H2="2000:100:7600 1010:4:7700"
 WR_H3="3001:6:7800"   # one dd write: it fails, so dd stops there
+WR_R1="40960:64:100 41100:10:200"    # dirty; write back takes 1 s...
+WR_R2="40962:4:300 41101:3:400"      # ...and these land meanwhile
+WR_R2B="2101:3:800 4203:2:810 6305:1:820 8407:9:830"  # EMPTY, as populate starts
+WR_R3A="50000:16:500"                # dirty again, then writethrough:
+WR_R3="50004:4:600 50010:2:700"      # waits behind that write back
+WR_R4="30001:7:900 100:1:910"        # dirty, then remove while populating
 READS_ORIG="100:64 20000:1024 5:3 65000:536"
 
 apply_model () {
@@ -140,7 +156,8 @@ reads () {
 
 {
   echo "SECTORS=$SECTORS"
-  for v in WR_A WR_B1 WR_B2 WR_B3 WR_B4 WR_C0 WR_C1 WR_C2 WR_C WR_D WR_E WR_F WR_G WR_H1 WR_H2 WR_H3; do
+  for v in WR_A WR_B1 WR_B2 WR_B3 WR_B4 WR_C0 WR_C1 WR_C2 WR_C WR_D WR_E WR_F WR_G WR_H1 WR_H2 WR_H3 \
+           WR_R1 WR_R2 WR_R2B WR_R3A WR_R3 WR_R4; do
     echo "$v='${!v}'"
   done
   echo "REG_ORIG='$(reads "$READS_ORIG")'"
@@ -164,6 +181,12 @@ reads () {
   # H3 fails in writethrough but stays in RAM and is written back later.
   apply_model "$WR_H1 $WR_H2 $WR_H3"
   echo "REG_H='$(regions "$WR_H2 $WR_H3")'"; echo "FULL_H=$(sha "$T/model.img")"
+  apply_model "$WR_R1 $WR_R2 $WR_R2B"
+  echo "FULL_R2=$(sha "$T/model.img")"
+  apply_model "$WR_R3A $WR_R3"
+  echo "REGX_R3='$(regions "$WR_R3" exact)'"; echo "FULL_R3=$(sha "$T/model.img")"
+  apply_model "$WR_R4"
+  echo "FULL_R4=$(sha "$T/model.img")"
 } >"$T/test.conf"
 final_sha=$(sha "$T/model.img")
 
