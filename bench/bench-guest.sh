@@ -44,8 +44,14 @@ back=${BENCH_BACK:-nbd}
 slow_disk () {
   rm -f "$2"
   truncate -s 1G "$2"
-  g_nbdkit "$1" --filter=noparallel --filter=delay file "$2" \
-    delay-read="$delay" delay-write="$delay" delay-zero="$delay"
+  g_nbdkit "$1" --filter=stats --filter=noparallel --filter=delay file "$2" \
+    delay-read="$delay" delay-write="$delay" delay-zero="$delay" \
+    statsfile="$T/$1.stats"
+}
+# What a slow disk served in its life (the stats filter writes at exit).
+disk_ops () {
+  awk '/^(read|write|zero|trim|flush):/ { printf "%s%s %s", sep, $1, $2; sep = " " }
+       /^total:/ { tot = $2 } END { printf " (%s requests)", tot }' "$T/$1.stats"
 }
 
 # one_guest NAME SOCK: a bench boot; sets $secs and $ssecs to its
@@ -69,6 +75,7 @@ for (( r = 1; r <= runs; r++ )); do
   one_guest a$r "$slowa_sock"
   ta+=("$secs"); sa+=("$ssecs")
   g_stop slowa
+  say "the slow disk served $(disk_ops slowa)"
 
   # (b) ramback in front of a second slow disk.
   case $back in
@@ -89,9 +96,12 @@ for (( r = 1; r <= runs; r++ )); do
   td+=("$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')")
   g_wait_guest b$r
   tb+=("$(g_time b$r untar+sync)"); sb+=("$(g_time b$r sync)")
-  say "ramback drained to the slow disk ${td[-1]} s after the guest's sync"
+  say "ramback drained to the slow disk ${td[-1]} s after the guest's sync; it wrote back $(( $(status_field "$rb_ctl" stored_bytes) >> 20 )) MiB in all"
   g_stop rb
-  [ "$back" = nbd ] && g_stop slowb
+  if [ "$back" = nbd ]; then
+    g_stop slowb
+    say "ramback's slow disk served $(disk_ops slowb)"
+  fi
   # What ramback wrote back is a clean ext4 with every file intact.
   g_check_image "$T/slowb.img" a b
 
