@@ -65,14 +65,16 @@ flusher_sleep (struct rb *rb, uint64_t ns)
 }
 
 /* Batch size: with a rate cap, about a tenth of a second's worth, so the
- * cap is smooth and status shows steady progress.
+ * cap is smooth and status shows steady progress.  The final drain of a
+ * clean stop ignores the cap, so it uses full batches too.
  */
 static uint64_t
 batch_bytes (struct rb *rb)
 {
   uint64_t b = BATCH_BYTES;
 
-  if (rb->flush_rate.bps && rb->flush_rate.bps / 10 < b)
+  if (rb->flush_rate.bps && !rb_atomic_load (&rb->stopping) &&
+      rb->flush_rate.bps / 10 < b)
     b = RB_MAX (rb->flush_rate.bps / 10, (uint64_t) rb->chunk_size);
   return b;
 }

@@ -47,7 +47,7 @@ struct rb_config {
   struct rb_store *store_override;
 };
 
-#define RB_DEFAULT_CHUNK_SIZE 4096
+#define RB_DEFAULT_CHUNK_SIZE 65536
 #define RB_MIN_CHUNK_SIZE 512
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 

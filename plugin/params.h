@@ -20,7 +20,7 @@ extern void ramback_config_free (void);
   "back=PATH|NBD-URI     (required) The backing store.\n" \
   "ram=PATH                File on tmpfs/hugetlbfs for the RAM image.\n" \
   "size=SIZE               Create a missing backing file of this size.\n" \
-  "chunk=SIZE              Chunk size (power of 2, default 4K).\n" \
+  "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \
   "fsync=ignore|wait       Whether FLUSH/FUA wait for the store.\n" \
   "dirty-max=SIZE          Writers wait above this much dirty data.\n" \
