@@ -145,7 +145,11 @@ static inline const char *rbk_name(const struct rbk *rbk)
 	return dm_table_device_name(rbk->ti->table);
 }
 
-/* Every chunk of [c0, c1] has been loaded (they never become EMPTY again). */
+/*
+ * Every chunk of [c0, c1] has been loaded (they never become EMPTY again).
+ * The acquire pairs with the xchg() in rbk_check_populated(), which comes
+ * after the chunk moves of the loads, so RAM is seen loaded too.
+ */
 static inline bool rbk_loaded(struct rbk *rbk, u64 c0, u64 c1)
 {
 	return smp_load_acquire(&rbk->populated) ||

@@ -33,6 +33,7 @@
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
 
+/* Typedefs because lib/env.h's API names them (pthread_mutex_t etc.). */
 typedef struct mutex rb_mutex;
 typedef struct {
 	wait_queue_head_t wq;
@@ -63,6 +64,7 @@ static inline void rb_cond_init(rb_cond *c)
 	init_waitqueue_head(&c->wq);
 }
 
+/* Nobody may still wait on a condition being destroyed (no race to lose). */
 static inline void rb_cond_destroy(rb_cond *c)
 {
 	WARN_ON_ONCE(waitqueue_active(&c->wq));

@@ -272,7 +272,7 @@ static bool rbk_populate_wanted(struct rbk *rbk)
 {
 	return READ_ONCE(rbk->populate) && !READ_ONCE(rbk->suspended) &&
 	       READ_ONCE(rbk->mode) == RBK_WRITEBACK &&
-	       !smp_load_acquire(&rbk->populated);
+	       !READ_ONCE(rbk->populated);
 }
 
 static int rbk_populator(void *arg)
@@ -299,7 +299,7 @@ static int rbk_populator(void *arg)
 		if (c == U64_MAX) {
 			/* Nothing EMPTY: the counter catches up, or is wrong. */
 			rbk_check_populated(rbk);
-			WARN_ON_ONCE(!smp_load_acquire(&rbk->populated));
+			WARN_ON_ONCE(!READ_ONCE(rbk->populated));
 			wait_event_idle(rbk->populator_wait,
 					kthread_should_stop());
 			break;

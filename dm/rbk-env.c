@@ -17,7 +17,7 @@ int rb_errno_sink;
  * linked with libgcc.  hweight64() uses POPCNT where the CPU has it
  * (alternatives) and a bit-twiddling fallback elsewhere.
  */
-int __popcountdi2(long long a);
+int __popcountdi2(long long a);	/* the compiler's name; no header has it */
 int __popcountdi2(long long a)
 {
 	return hweight64((u64)a);

@@ -251,9 +251,10 @@ int rbk_load_chunks(struct rbk *rbk, u64 first, u64 n, u64 *loaded)
 	return err;
 }
 
+/* xchg() is fully ordered: after the loads' chunk moves (see rbk_loaded). */
 void rbk_check_populated(struct rbk *rbk)
 {
-	if (smp_load_acquire(&rbk->populated) ||
+	if (READ_ONCE(rbk->populated) ||
 	    chunkmap_loaded(&rbk->map) < rbk->nchunks)
 		return;
 	if (!xchg(&rbk->populated, true))

@@ -53,7 +53,7 @@ static const char *rbk_mode_name(int mode)
 
 static const char *rbk_populate_state(struct rbk *rbk)
 {
-	if (smp_load_acquire(&rbk->populated))
+	if (READ_ONCE(rbk->populated))
 		return "populated";
 	if (!READ_ONCE(rbk->populate))
 		return "off";
