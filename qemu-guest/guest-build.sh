@@ -85,7 +85,7 @@ fetch () {
     f=$(ls "$CACHE/debs/${p}_${v/:/%3a}_"*.deb 2>/dev/null | head -1 || true)
     if [ -z "$f" ]; then
       say "apt-get download $p=$v"
-      (cd "$CACHE/debs" && apt-get download -q "$p=$v" 2>&1 |
+      (cd "$CACHE/debs" && apt-get download -qq "$p=$v" 2>&1 |
          grep -v 'unsandboxed' >&2 || true)
       f=$(ls "$CACHE/debs/${p}_${v/:/%3a}_"*.deb 2>/dev/null | head -1 || true)
       [ -n "$f" ] || die "apt-get download $p=$v failed"
