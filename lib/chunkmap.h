@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "env.h"
 #include "sumbits.h"
 
 enum chunk_state {
@@ -90,13 +91,13 @@ extern bool chunkmap_all (const struct chunkmap *cm, uint64_t first,
 static inline uint64_t
 chunkmap_dirty (const struct chunkmap *cm)
 {
-  return __atomic_load_n (&cm->dirty, __ATOMIC_SEQ_CST);
+  return rb_atomic_load (&cm->dirty);
 }
 
 static inline uint64_t
 chunkmap_loaded (const struct chunkmap *cm)
 {
-  return __atomic_load_n (&cm->loaded, __ATOMIC_SEQ_CST);
+  return rb_atomic_load (&cm->loaded);
 }
 
 #endif /* RAMBACK_CHUNKMAP_H */
