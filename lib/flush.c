@@ -254,6 +254,29 @@ have_work_locked (struct rb *rb, uint64_t target)
     rb->unsynced.len > 0;
 }
 
+static bool
+sync_needed (struct rb *rb, uint64_t target)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  return rb->unsynced.len > 0 || target > rb->sync_done;
+}
+
+/* Woken from idle by new dirty data: give a burst of writes a moment
+ * to arrive, so it is written back (and synced) as one sweep rather than
+ * one sync per write.  A sync request or a stop ends the wait at once.
+ */
+#define COALESCE_MS 20
+
+static void
+coalesce_locked (struct rb *rb, uint64_t target)
+{
+  uint64_t deadline = rb_now_ns () + COALESCE_MS * UINT64_C (1000000);
+
+  while (!rb->stopping && rb->sync_requested == target &&
+         rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
+    ;
+}
+
 static void *
 flusher_main (void *arg)
 {
@@ -269,7 +292,11 @@ flusher_main (void *arg)
       target = rb->sync_requested;
     }
     err = sweep (rb);
-    if (rb_sync_store (rb) == -1 && err == 0)
+    /* Sync only if something was written since the last good sync, or
+     * somebody is waiting for one: an empty sync still costs the store
+     * a round trip (an NBD FLUSH, a disk cache flush).
+     */
+    if (sync_needed (rb, target) && rb_sync_store (rb) == -1 && err == 0)
       err = errno;
 
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -306,6 +333,7 @@ flusher_main (void *arg)
       while (!rb->stopping && !have_work_locked (rb, target))
         rb_cond_wait (&rb->flusher_cond, &rb->lock);
       rb_atomic_store (&rb->flusher_idle, false);
+      coalesce_locked (rb, target);
     }
   }
   return NULL;

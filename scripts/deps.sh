@@ -14,8 +14,10 @@ packages=(
     socat jq e2fsprogs util-linux procps xz-utils tmux
     # UPS integration test
     nut-server nut-client
-    # QEMU guest (kernel nbd-client on ramback)
-    qemu-system-x86 busybox-static nbd-client cpio
+    # QEMU guest (kernel nbd-client on ramback) and the dm target's
+    # build (the headers of the guest's kernel, Debian's cloud kernel)
+    qemu-system-x86 busybox-static nbd-client cpio binutils
+    linux-headers-cloud-amd64
 )
 
 missing=()

@@ -22,7 +22,7 @@ start_rb rb -- back="$back" size="$size" ups-window=2 flush-rate=4M
 expect=$(( 2 * 4 * 1024 * 1024 * 8 / 10 ))
 [ "$(status_field "$rb_ctl" ups_window)" = 2 ] || fail "ups_window not shown"
 dm=$(status_field "$rb_ctl" dirty_max)
-[ "$dm" -ge $(( expect - 4096 )) ] && [ "$dm" -le "$expect" ] ||
+[ "$dm" -ge $(( expect - 65536 )) ] && [ "$dm" -le "$expect" ] ||
     fail "dirty_max $dm before any write back, expected ~$expect"
 
 py - "$rb_uri" "$rb_ctl" "$modelf" "$size" <<'PY'
@@ -72,7 +72,9 @@ done.set()
 t.join()
 v = status()
 limit = int(2 * 4 * MiB * 0.8)
-slack = WRITERS * (REQ + 4096)
+CHUNK = v["chunk_size"]
+# Each writer past the check adds at most the chunks one request touches.
+slack = WRITERS * (REQ + CHUNK)
 print("max dirty+inflight", maxseen[0], "limit", v["dirty_max"],
       "bandwidth", v["flush_bandwidth"], "throttled", v["throttled"])
 assert v["flush_bandwidth"] > 0, "no bandwidth measured"
@@ -80,8 +82,8 @@ assert v["flush_bandwidth"] > 0, "no bandwidth measured"
 assert v["flush_bandwidth"] <= 4 * MiB * 1.05, v["flush_bandwidth"]
 # The derived limit follows the measurement: 0.8 x window x bandwidth.
 want = int(v["flush_bandwidth"] * 2 * 0.8)
-assert abs(v["dirty_max"] - want) <= max(want // 5, 4 * 4096), (v["dirty_max"], want)
-assert v["dirty_max"] <= limit + 4096
+assert abs(v["dirty_max"] - want) <= max(want // 5, 4 * CHUNK), (v["dirty_max"], want)
+assert v["dirty_max"] <= limit + CHUNK
 assert maxseen[0] <= limit + slack, (maxseen[0], limit + slack)
 assert v["throttled"] > 0, "the storm never reached the limit"
 open(modelf, "wb").write(model)
