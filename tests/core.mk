@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # tests of the core plugin (issue 2)
-TESTS += \
+core_tests = \
 	test-model.sh \
 	test-populate.sh \
 	test-mode-toggle.sh \
@@ -12,18 +12,9 @@ TESTS += \
 	test-sigterm-drain.sh \
 	test-error-backing.sh \
 	$(NULL)
-EXTRA_DIST += \
+TESTS += $(core_tests)
+EXTRA_DIST += $(core_tests) \
 	core-functions.sh \
 	model.py \
 	volatile-disk.sh \
-	test-model.sh \
-	test-populate.sh \
-	test-mode-toggle.sh \
-	test-fsync-wait.sh \
-	test-dirty-max.sh \
-	test-bad-input.sh \
-	test-enospc.sh \
-	test-fio.sh \
-	test-sigterm-drain.sh \
-	test-error-backing.sh \
 	$(NULL)

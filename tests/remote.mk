@@ -3,7 +3,7 @@
 # the plugin in front of real NBD servers (nbdkit, qemu-nbd, nbd-server)
 # started by each test on a Unix socket or 127.0.0.1.
 
-TESTS += \
+remote_tests = \
 	test-remote-store.sh \
 	test-remote-nbdkit.sh \
 	test-remote-qemu-nbd.sh \
@@ -15,20 +15,11 @@ TESTS += \
 	test-remote-holes.sh \
 	test-remote-tls.sh \
 	$(NULL)
+TESTS += $(remote_tests)
 
-EXTRA_DIST += \
+EXTRA_DIST += $(remote_tests) \
 	remote-functions.sh \
 	remote-io.py \
-	test-remote-store.sh \
-	test-remote-nbdkit.sh \
-	test-remote-qemu-nbd.sh \
-	test-remote-nbd-server.sh \
-	test-remote-restart.sh \
-	test-remote-offline.sh \
-	test-remote-errors.sh \
-	test-remote-multiconn.sh \
-	test-remote-holes.sh \
-	test-remote-tls.sh \
 	$(NULL)
 
 # The store driven directly through its ops table (run by
