@@ -343,27 +343,47 @@ cmd_status (char **args, GError **err)
 
 /* mode, trace */
 
+/* Send "VERB VALUE" (VALUE one of a or b), with a status snapshot before
+ * and after it so the command can say what changed.  The caller frees
+ * both snapshots.
+ */
 static gboolean
-cmd_mode (char **args, GError **err)
+switch_setting (const char *socket, const char *verb, const char *value,
+                const char *a, const char *b,
+                struct json_object **before, struct json_object **after,
+                GError **err)
 {
-  const char *mode = args[0], *socket = args[1];
-  struct json_object *before = NULL, *after = NULL;
   struct ctl *c;
   char *req;
-  gboolean ok = FALSE;
+  gboolean ok;
 
-  if (strcmp (mode, "writeback") != 0 && strcmp (mode, "writethrough") != 0) {
+  *before = *after = NULL;
+  if (strcmp (value, a) != 0 && strcmp (value, b) != 0) {
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_USAGE,
-                 "mode must be writeback or writethrough, not '%s'", mode);
+                 "%s must be %s or %s, not '%s'", verb, a, b, value);
     return FALSE;
   }
   c = ctl_connect (socket, err);
   if (c == NULL)
     return FALSE;
-  req = g_strdup_printf ("mode %s", mode);
-  if ((before = status_fetch (c, err)) != NULL &&
-      ctl_request (c, req, NULL, err) &&
-      (after = status_fetch (c, err)) != NULL) {
+  req = g_strdup_printf ("%s %s", verb, value);
+  ok = (*before = status_fetch (c, err)) != NULL &&
+    ctl_request (c, req, NULL, err) &&
+    (*after = status_fetch (c, err)) != NULL;
+  g_free (req);
+  ctl_close (c);
+  return ok;
+}
+
+static gboolean
+cmd_mode (char **args, GError **err)
+{
+  const char *socket = args[1];
+  struct json_object *before, *after;
+  gboolean ok = switch_setting (socket, "mode", args[0], "writeback",
+                                "writethrough", &before, &after, err);
+
+  if (ok) {
     uint64_t pending = status_pending_bytes (after);
     double drain = status_drain_seconds (after);
 
@@ -390,36 +410,21 @@ cmd_mode (char **args, GError **err)
       fputs (o->str, stdout);
       g_string_free (o, TRUE);
     }
-    ok = TRUE;
   }
-  g_free (req);
   json_object_free (before);
   json_object_free (after);
-  ctl_close (c);
   return ok;
 }
 
 static gboolean
 cmd_trace (char **args, GError **err)
 {
-  const char *onoff = args[0], *socket = args[1];
-  struct json_object *before = NULL, *after = NULL;
-  struct ctl *c;
-  char *req;
-  gboolean ok = FALSE;
+  const char *socket = args[1];
+  struct json_object *before, *after;
+  gboolean ok = switch_setting (socket, "trace", args[0], "on", "off",
+                                &before, &after, err);
 
-  if (strcmp (onoff, "on") != 0 && strcmp (onoff, "off") != 0) {
-    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_USAGE,
-                 "trace must be on or off, not '%s'", onoff);
-    return FALSE;
-  }
-  c = ctl_connect (socket, err);
-  if (c == NULL)
-    return FALSE;
-  req = g_strdup_printf ("trace %s", onoff);
-  if ((before = status_fetch (c, err)) != NULL &&
-      ctl_request (c, req, NULL, err) &&
-      (after = status_fetch (c, err)) != NULL) {
+  if (ok) {
     if (opt_json) {
       GString *o = result_new ("trace", socket);
       result_bool (o, "previous_trace", status_bool (before, "trace"));
@@ -430,12 +435,9 @@ cmd_trace (char **args, GError **err)
       printf ("trace: %s (was %s)\n",
               status_bool (after, "trace") ? "on" : "off",
               status_bool (before, "trace") ? "on" : "off");
-    ok = TRUE;
   }
-  g_free (req);
   json_object_free (before);
   json_object_free (after);
-  ctl_close (c);
   return ok;
 }
 
