@@ -26,6 +26,9 @@ import sys
 
 import nbd
 
+# The script's own directory is on sys.path: share the core tests' helper.
+from model import first_diff
+
 MiB = 1 << 20
 
 
@@ -56,22 +59,6 @@ def connect (uri):
         h.set_tls_username (os.environ["RIO_TLS_USERNAME"])
     h.connect_uri (uri)
     return h
-
-
-def first_diff (a, b):
-    lo, hi = 0, min (len (a), len (b))
-    if a[:hi] == b[:hi]:
-        return -1 if len (a) == len (b) else hi
-    while hi - lo > 4096:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    for i in range (lo, hi):
-        if a[i] != b[i]:
-            return i
-    return hi
 
 
 def compare (what, got, want, base):
