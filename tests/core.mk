@@ -11,6 +11,8 @@ core_tests = \
 	test-fio.sh \
 	test-sigterm-drain.sh \
 	test-error-backing.sh \
+	test-acked-durable.sh \
+	test-zero-punch.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \
