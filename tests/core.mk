@@ -19,4 +19,6 @@ EXTRA_DIST += $(core_tests) \
 	core-functions.sh \
 	model.py \
 	volatile-disk.sh \
+	mutate.sh \
+	mutations.txt \
 	$(NULL)
