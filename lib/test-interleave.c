@@ -127,10 +127,10 @@ struct fx {
 
 static void
 fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
-         bool start)
+         bool start, uint64_t dirty_max)
 {
   struct rb_config c = { .chunk_size = CHUNK, .populate = populate,
-                         .fsync_wait = fsync_wait,
+                         .fsync_wait = fsync_wait, .dirty_max = dirty_max,
                          .store.tls_verify_peer = -1 };
 
   f->r = g_rand_new_with_seed (seed);
@@ -236,6 +236,7 @@ struct job {
   unsigned flags;
   int r;
   bool durable;                 /* the data was durable right after r == 0 */
+  bool done;                    /* [atomic] the request returned */
   GThread *t;
 };
 
@@ -258,6 +259,7 @@ job_main (gpointer arg)
   }
   if (j->r == 0 && j->op != J_READ)
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
+  __atomic_store_n (&j->done, true, __ATOMIC_SEQ_CST);
   return NULL;
 }
 
@@ -294,7 +296,7 @@ test_flush_race (void)
   struct ts_rec rf, rw;
   struct job w;
 
-  fx_open (&f, 51, false, true, true);
+  fx_open (&f, 51, false, true, true, 0);
   v1 = fx_random (&f, CHUNK);
   v2 = fx_random (&f, CHUNK);
   gf = ts_gate_arm (f.ts, &mf, 0);
@@ -347,7 +349,7 @@ test_write_during_store (void)
   g_autofree uint8_t *v1 = NULL, *v2 = NULL;
   struct ts_gate *g;
 
-  fx_open (&f, 53, false, true, true);
+  fx_open (&f, 53, false, true, true, 0);
   v1 = fx_random (&f, CHUNK);
   v2 = fx_random (&f, 1000);
   g = ts_gate_arm (f.ts, &m, 0);
@@ -378,7 +380,7 @@ test_populate_newer_write (void)
   struct ts_gate *g;
   struct job a;
 
-  fx_open (&f, 57, false, true, false);
+  fx_open (&f, 57, false, true, false, 0);
   ts_fail_writes (f.ts, -1);
   buf = fx_random (&f, 100);
   g = ts_gate_arm (f.ts, &m, 0);
@@ -421,7 +423,7 @@ test_demand_load_waits (void)
   struct ts_gate *ga, *gb;
   struct job a, b;
 
-  fx_open (&f, 59, false, false, true);
+  fx_open (&f, 59, false, false, true, 0);
   buf = fx_random (&f, 100);
   ga = ts_gate_arm (f.ts, &ma, 0);
   a = (struct job) { .f = &f, .tag = "A", .op = J_WRITE, .buf = buf,
@@ -462,7 +464,7 @@ test_fua_durable (void)
   struct ts_gate *g;
   int k;
 
-  fx_open (&f, 61, true, true, true);
+  fx_open (&f, 61, true, true, true, 0);
   g = stall_flusher (&f, 10);
   ts_set_tag ("fua");
   for (k = 0; k < 4; k++) {
@@ -489,33 +491,128 @@ test_fua_durable (void)
 /* --- the sync ticket is taken before the sweep ------------------------- */
 
 /* The flusher is in the middle of a sweep (held writing chunk 200).  A
- * write lands on chunk 5, behind the sweep's cursor, then rb_sync is
- * called.  That sweep cannot cover the write, so rb_sync must wait for
- * the next one: when it returns 0 the write is durable.
+ * write lands on chunk 5, behind the sweep's cursor, then rb_sync takes
+ * its ticket.  That sweep cannot cover the write, so it must not
+ * complete the ticket: when the next sweep is held writing chunk 5 (so
+ * chunk 5 is certainly not stored yet), the ticket must still be open;
+ * and when rb_sync returns 0, chunk 5 is durable.
  */
 static void
 test_sync_ticket (void)
 {
   struct fx f;
+  struct ts_match m5 = { .ops = TS_WRITE, .offset = 5 * CHUNK,
+                         .count = CHUNK, .tag = "" };
   g_autofree uint8_t *buf = NULL;
-  struct ts_gate *g;
+  struct ts_gate *g, *g5;
+  uint64_t ticket, done;
   struct job s;
 
-  fx_open (&f, 67, false, true, true);
+  fx_open (&f, 67, false, true, true, 0);
   g = stall_flusher (&f, 200);
   buf = fx_random (&f, CHUNK);
   fx_write (&f, buf, CHUNK, 5 * CHUNK, 0);
+  g5 = ts_gate_arm (f.ts, &m5, 0);
   s = (struct job) { .f = &f, .tag = "sync", .op = J_SYNC, .buf = buf,
                      .len = CHUNK, .off = 5 * CHUNK };
   job_start (&s);
   TS_WAIT (waiters (&f.rb->sync_cond) > 0, "rb_sync to wait for a sweep");
-  ts_gate_open (g);
+  rb_mutex_lock (&f.rb->lock);
+  ticket = f.rb->sync_requested;
+  rb_mutex_unlock (&f.rb->lock);
+
+  ts_gate_open (g);                     /* the first sweep ends */
+  ts_gate_wait (g5);                    /* the next one writes chunk 5 */
+  rb_mutex_lock (&f.rb->lock);
+  done = f.rb->sync_done;
+  rb_mutex_unlock (&f.rb->lock);
+  if (done >= ticket)
+    g_error ("sync ticket %" PRIu64 " was completed (sync_done %" PRIu64
+             ") by a sweep that began before it and never stored a write "
+             "made before rb_sync", ticket, done);
+  ts_gate_open (g5);
   job_join (&s);
   g_assert_cmpint (s.r, ==, 0);
   if (!s.durable)
-    g_error ("rb_sync returned before a write made before it was durable "
-             "(it was behind the cursor of the sweep in progress)");
+    g_error ("rb_sync returned before a write made before it was durable");
   fx_finish (&f, "sync ticket");
+}
+
+/* --- dirty-max counts what is in flight -------------------------------- */
+
+/* dirty-max=8 chunks.  Eight chunks are written at once and their write
+ * back is held: nothing is dirty, all eight are in flight.  They are not
+ * stored yet, so a writer must wait for them, not add more.
+ */
+static void
+test_dirty_max_inflight (void)
+{
+  struct fx f;
+  struct ts_match m = { .ops = TS_WRITE, .offset = 16 * CHUNK,
+                        .count = 8 * CHUNK, .tag = "" };
+  g_autofree uint8_t *buf = NULL, *more = NULL;
+  struct ts_gate *g;
+  struct job w;
+
+  fx_open (&f, 83, false, true, true, 8 * CHUNK);
+  g = ts_gate_arm (f.ts, &m, 0);
+  buf = fx_random (&f, 8 * CHUNK);
+  fx_write (&f, buf, 8 * CHUNK, 16 * CHUNK, 0);
+  ts_gate_wait (g);
+  more = fx_random (&f, 100);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = more,
+                     .len = 100, .off = 100 * CHUNK };
+  job_start (&w);
+  TS_WAIT (waiters (&f.rb->space_cond) > 0 ||
+           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
+           "the writer to wait for dirty-max, or to finish");
+  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+    g_error ("a write went past dirty-max while the limit was all in "
+             "flight to the store");
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + w.off, more, 100);
+  fx_finish (&f, "dirty-max with chunks in flight");
+}
+
+/* --- writethrough writes are on the store when they return ------------ */
+
+/* The flusher is held, so nothing but the write itself can put its data
+ * on the store: after "mode writethrough" every write and zero that
+ * returned is there (not durable: nobody asked for a sync).
+ */
+static void
+test_writethrough_reaches_store (void)
+{
+  struct fx f;
+  struct ts_gate *g;
+  int k;
+
+  fx_open (&f, 89, false, true, true, 0);
+  g = stall_flusher (&f, 2);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  for (k = 0; k < 6; k++) {
+    uint64_t off, len;
+    g_autofree uint8_t *buf = NULL;
+
+    do
+      ts_rand_extent (f.r, SIZE, CHUNK, 20000, &off, &len);
+    while (off < 3 * CHUNK);            /* not the held chunk */
+    buf = fx_random (&f, len);
+    if (k % 3 == 2) {
+      g_assert_cmpint (rb_zero (f.rb, len, off, 0), ==, 0);
+      memset (buf, 0, len);
+      memset (f.model + off, 0, len);
+    }
+    else
+      fx_write (&f, buf, len, off, 0);
+    if (!ts_pending_has (f.ts, buf, len, off))
+      g_error ("a %s in writethrough mode returned before it reached the "
+               "store", k % 3 == 2 ? "zero" : "write");
+  }
+  ts_gate_open (g);
+  fx_finish (&f, "writethrough");
 }
 
 /* --- a writethrough write over a chunk that is dirty-zero ------------- */
@@ -533,7 +630,7 @@ test_writethrough_over_zero (void)
   g_autofree uint8_t *buf = NULL;
   struct ts_gate *g;
 
-  fx_open (&f, 71, false, true, true);
+  fx_open (&f, 71, false, true, true, 0);
   g = stall_flusher (&f, 3);
   g_assert_cmpint (rb_zero (f.rb, CHUNK, x, 0), ==, 0);
   memset (f.model + x, 0, CHUNK);
@@ -563,7 +660,7 @@ test_sync_error_writethrough (void)
                          "known bug: a failed sync does not re-dirty writes "
                          "that reached the store while it ran"))
     return;
-  fx_open (&f, 73, false, true, true);
+  fx_open (&f, 73, false, true, true, 0);
   g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
   ts_set_tag ("app");
   g = ts_gate_arm (f.ts, &m, EIO);
@@ -597,7 +694,7 @@ test_sync_error_fua (void)
                          "known bug: a sync that waited behind a failing "
                          "one reports success with its data lost"))
     return;
-  fx_open (&f, 79, true, true, true);
+  fx_open (&f, 79, true, true, true, 0);
   gy = stall_flusher (&f, 3);           /* no background syncs */
   d1 = fx_random (&f, 3000);
   d2 = fx_random (&f, 3000);
@@ -635,6 +732,10 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/demand-load-waits", test_demand_load_waits);
   g_test_add_func ("/interleave/fua-durable", test_fua_durable);
   g_test_add_func ("/interleave/sync-ticket", test_sync_ticket);
+  g_test_add_func ("/interleave/dirty-max-inflight",
+                   test_dirty_max_inflight);
+  g_test_add_func ("/interleave/writethrough-reaches-store",
+                   test_writethrough_reaches_store);
   g_test_add_func ("/interleave/writethrough-over-zero",
                    test_writethrough_over_zero);
   g_test_add_func ("/interleave/sync-error-writethrough",

@@ -5,6 +5,8 @@
  * and the gates; ts->cond is broadcast on every change (a request
  * arrived, was held, completed; a gate opened; a flush finished).  A
  * request held at a gate waits on ts->cond with the lock released.
+ * These are pthread objects, not GMutex/GCond: GLib implements those
+ * with raw futexes, which ThreadSanitizer cannot see.
  */
 
 #include <config.h>
@@ -12,9 +14,11 @@
 #undef NDEBUG
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 #include "test-store.h"
@@ -30,8 +34,8 @@ struct ts_gate {
 };
 
 struct tstore {
-  GMutex lock;
-  GCond cond;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
   uint64_t size;
   uint8_t *pending, *durable;
   int fail_writes, fail_syncs;
@@ -59,18 +63,21 @@ ts_skip_known_bug (int known, const char *what)
   return true;
 }
 
-static gint64
+static struct timespec
 deadline (void)
 {
-  return g_get_monotonic_time () + (gint64) TS_TIMEOUT_S * G_USEC_PER_SEC;
+  struct timespec t;
+
+  clock_gettime (CLOCK_MONOTONIC, &t);
+  t.tv_sec += TS_TIMEOUT_S;
+  return t;
 }
 
 /* Wait on ts->cond (lock held), failing the test at the deadline. */
 static void
-wait_locked (struct tstore *ts, gint64 end, const char *what)
+wait_locked (struct tstore *ts, struct timespec end, const char *what)
 {
-  if (!g_cond_wait_until (&ts->cond, &ts->lock, end) &&
-      g_get_monotonic_time () >= end)
+  if (pthread_cond_timedwait (&ts->cond, &ts->lock, &end) == ETIMEDOUT)
     g_error ("test store: timed out after %d s waiting for %s",
              TS_TIMEOUT_S, what);
 }
@@ -112,7 +119,7 @@ arrive (struct tstore *ts, enum ts_op op, uint64_t offset, uint64_t count)
              G_GUINT64_FORMAT " is outside the store (%" G_GUINT64_FORMAT
              " bytes)", op, count, offset, ts->size);
   g_array_append_val (ts->log, r);
-  g_cond_broadcast (&ts->cond);
+  pthread_cond_broadcast (&ts->cond);
   return ts->log->len - 1;
 }
 
@@ -121,7 +128,7 @@ complete (struct tstore *ts, size_t i, int err)
 {
   rec_at (ts, i)->done = ++ts->clock;
   rec_at (ts, i)->err = err;
-  g_cond_broadcast (&ts->cond);
+  pthread_cond_broadcast (&ts->cond);
 }
 
 /* If an armed gate matches request i, hold it until the gate opens.
@@ -131,7 +138,7 @@ static int
 gate (struct tstore *ts, size_t i)
 {
   struct ts_gate *g = NULL;
-  gint64 end = deadline ();
+  struct timespec end = deadline ();
   size_t k;
   int err;
 
@@ -146,7 +153,7 @@ gate (struct tstore *ts, size_t i)
     return 0;
   g->state = GATE_HELD;
   g->rec = i;
-  g_cond_broadcast (&ts->cond);
+  pthread_cond_broadcast (&ts->cond);
   while (g->state != GATE_OPEN)
     wait_locked (ts, end, "the test to open a gate");
   err = g->err;
@@ -168,7 +175,7 @@ ts_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     if (ios[i].op == RB_IO_WRITE)
       cap[i] = g_memdup2 (ios[i].buf, ios[i].count);
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
     enum ts_op op = io->op == RB_IO_READ ? TS_READ
@@ -194,7 +201,7 @@ ts_submit (struct rb_store *s, struct rb_io *ios, size_t n)
       first = err;
     complete (ts, r, err);
   }
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   for (i = 0; i < n; i++)
     g_free (cap[i]);
   if (first) {
@@ -208,11 +215,11 @@ static int
 ts_flush (struct rb_store *s)
 {
   struct tstore *ts = s->handle;
-  gint64 end = deadline ();
+  struct timespec end = deadline ();
   size_t r;
   int err;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   r = arrive (ts, TS_FLUSH, 0, 0);
   while (ts->flushing)
     wait_locked (ts, end, "the flush in progress");
@@ -233,7 +240,7 @@ ts_flush (struct rb_store *s)
     memcpy (ts->durable, ts->pending, ts->size);
   ts->flushing = false;
   complete (ts, r, err);
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   if (err) {
     rb_set_error (err, "test store: injected flush failure");
     return -1;
@@ -246,9 +253,9 @@ ts_close (struct rb_store *s)
 {
   struct tstore *ts = s->handle;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   ts->store = NULL;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   g_free (s);
 }
 
@@ -260,9 +267,13 @@ struct tstore *
 ts_new (uint64_t size, const uint8_t *init)
 {
   struct tstore *ts = g_new0 (struct tstore, 1);
+  pthread_condattr_t attr;
 
-  g_mutex_init (&ts->lock);
-  g_cond_init (&ts->cond);
+  pthread_mutex_init (&ts->lock, NULL);
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (&ts->cond, &attr);
+  pthread_condattr_destroy (&attr);
   ts->size = size;
   ts->pending = init ? g_memdup2 (init, size) : g_malloc0 (size);
   ts->durable = g_memdup2 (ts->pending, size);
@@ -291,25 +302,25 @@ ts_free (struct tstore *ts)
   g_array_free (ts->log, TRUE);
   g_free (ts->pending);
   g_free (ts->durable);
-  g_cond_clear (&ts->cond);
-  g_mutex_clear (&ts->lock);
+  pthread_cond_destroy (&ts->cond);
+  pthread_mutex_destroy (&ts->lock);
   g_free (ts);
 }
 
 void
 ts_fail_writes (struct tstore *ts, int n)
 {
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   ts->fail_writes = n;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 void
 ts_fail_syncs (struct tstore *ts, int n)
 {
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   ts->fail_syncs = n;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 struct ts_gate *
@@ -321,9 +332,9 @@ ts_gate_arm (struct tstore *ts, const struct ts_match *m, int err)
   g->m = *m;
   g->err = err;
   g->state = GATE_ARMED;
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   g_ptr_array_add (ts->gates, g);
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return g;
 }
 
@@ -331,12 +342,12 @@ void
 ts_gate_wait (struct ts_gate *g)
 {
   struct tstore *ts = g->ts;
-  gint64 end = deadline ();
+  struct timespec end = deadline ();
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   while (g->state == GATE_ARMED)
     wait_locked (ts, end, "a request to reach a gate");
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 bool
@@ -345,9 +356,9 @@ ts_gate_held (struct ts_gate *g)
   struct tstore *ts = g->ts;
   bool r;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   r = g->state == GATE_HELD;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return r;
 }
 
@@ -357,10 +368,10 @@ ts_gate_rec (struct ts_gate *g)
   struct tstore *ts = g->ts;
   struct ts_rec r;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   g_assert_true (g->state == GATE_HELD);
   r = *rec_at (ts, g->rec);
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return r;
 }
 
@@ -369,16 +380,16 @@ ts_gate_open (struct ts_gate *g)
 {
   struct tstore *ts = g->ts;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   if (g->state == GATE_ARMED) {         /* never used: the test frees it */
     g_ptr_array_remove (ts->gates, g);
     g_free (g);
   }
   else {                                /* the held request frees it */
     g->state = GATE_OPEN;
-    g_cond_broadcast (&ts->cond);
+    pthread_cond_broadcast (&ts->cond);
   }
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 size_t
@@ -386,11 +397,11 @@ ts_count (struct tstore *ts, const struct ts_match *m)
 {
   size_t i, n = 0;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   for (i = 0; i < ts->log->len; i++)
     if (matches (m, rec_at (ts, i)))
       n++;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return n;
 }
 
@@ -401,14 +412,14 @@ ts_find (struct tstore *ts, const struct ts_match *m, size_t nth,
   size_t i;
   bool found = false;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   for (i = 0; i < ts->log->len; i++)
     if (matches (m, rec_at (ts, i)) && nth-- == 0) {
       *out = *rec_at (ts, i);
       found = true;
       break;
     }
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return found;
 }
 
@@ -416,10 +427,10 @@ void
 ts_wait_count (struct tstore *ts, const struct ts_match *m, size_t n,
                const char *what)
 {
-  gint64 end = deadline ();
+  struct timespec end = deadline ();
   size_t i, k;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   for (;;) {
     for (i = k = 0; i < ts->log->len; i++)
       if (matches (m, rec_at (ts, i)))
@@ -428,7 +439,7 @@ ts_wait_count (struct tstore *ts, const struct ts_match *m, size_t n,
       break;
     wait_locked (ts, end, what);
   }
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 static void
@@ -443,18 +454,18 @@ void
 ts_read_durable (struct tstore *ts, void *buf, uint64_t count,
                  uint64_t offset)
 {
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   read_image (ts, ts->durable, buf, count, offset);
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 void
 ts_read_pending (struct tstore *ts, void *buf, uint64_t count,
                  uint64_t offset)
 {
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   read_image (ts, ts->pending, buf, count, offset);
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 static bool
@@ -463,10 +474,10 @@ image_has (struct tstore *ts, const uint8_t *img, const void *data,
 {
   bool r;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   g_assert_cmpuint (offset + count, <=, ts->size);
   r = memcmp (img + offset, data, count) == 0;
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
   return r;
 }
 
@@ -489,16 +500,16 @@ ts_assert_durable (struct tstore *ts, const uint8_t *model, const char *what)
 {
   uint64_t i;
 
-  g_mutex_lock (&ts->lock);
+  pthread_mutex_lock (&ts->lock);
   for (i = 0; i < ts->size; i++)
     if (ts->durable[i] != model[i]) {
       uint8_t got = ts->durable[i];
-      g_mutex_unlock (&ts->lock);
+      pthread_mutex_unlock (&ts->lock);
       g_error ("%s: the durable copy differs from the model at byte %"
                G_GUINT64_FORMAT " (chunk of 4K %" G_GUINT64_FORMAT
                "): %02x != %02x", what, i, i / 4096, got, model[i]);
     }
-  g_mutex_unlock (&ts->lock);
+  pthread_mutex_unlock (&ts->lock);
 }
 
 void

@@ -21,7 +21,7 @@
 #
 # Environment:
 #   MUTATE_LIST     the list (default: tests/mutations.txt)
-#   MUTATE_TESTS    shell tests of the fast suite
+#   MUTATE_TESTS    shell tests of the fast suite ("" for none)
 #   MUTATE_TIMEOUT  seconds for each step of the suite (default 900); a
 #                   suite that hangs counts as killed ("timeout")
 #   MUTATE_DIR      scratch directory (default: a new one under TMPDIR,
@@ -32,7 +32,7 @@ set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 list=${MUTATE_LIST:-$top/tests/mutations.txt}
-tests=${MUTATE_TESTS:-"test-acked-durable.sh test-zero-punch.sh \
+tests=${MUTATE_TESTS-"test-acked-durable.sh test-zero-punch.sh \
 test-fsync-wait.sh test-error-backing.sh test-enospc.sh test-model.sh \
 test-populate.sh"}
 tmo=${MUTATE_TIMEOUT:-900}
@@ -81,7 +81,11 @@ if [ ! -d "$src" ]; then
         tar -xf - -C "$scratch/pristine"
 fi
 echo "building the unmutated tree..."
-"$src/scripts/build.sh" _build >/dev/null
+if ! "$src/scripts/build.sh" _build >"$scratch/build.log" 2>&1; then
+    tail -30 "$scratch/build.log" >&2
+    echo "mutate.sh: the unmutated tree does not build" >&2
+    exit 1
+fi
 build="$src/_build"
 
 # run_suite LOG: 0 if the fast suite passes; else prints what failed.
@@ -90,8 +94,18 @@ run_suite () {
     timeout -k 30 "$tmo" make -C "$build/lib" check >"$log" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then
         [ $rc -eq 124 ] && { echo "timeout in lib"; return 1; }
-        t=$(grep -m1 -E '^(FAIL|ERROR):' "$log" | sed 's/^[A-Z]*: //' || true)
-        echo "lib/${t:-make check}"
+        t=$(grep -E '^(FAIL|ERROR):' "$log" | sed 's/^[A-Z]*: //' || true)
+        if [ -z "$t" ]; then
+            echo "lib: make check"
+            return 1
+        fi
+        # Each failing program, with the start of what it said.
+        for t in $t; do
+            printf 'lib/%s: %.70s; ' "$t" "$(grep -m1 -E \
+                '^(Bail out!|not ok)' "$build/lib/$t.log" |
+                sed 's/^Bail out! //' || true)"
+        done
+        echo
         return 1
     fi
     # shellcheck disable=SC2086
