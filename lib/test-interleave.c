@@ -308,11 +308,15 @@ test_flush_race (void)
   w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = v2,
                      .len = CHUNK, .off = x };
   job_start (&w);
-  TS_WAIT (ts_gate_held (gw) || waiters (&f.rb->rl.released) > 0,
+  TS_WAIT (ts_gate_held (gw) || waiters (&f.rb->rl.released) > 0 ||
+           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
            "the writethrough write to queue behind the write back");
   if (ts_gate_held (gw))
     g_error ("flush race: a writethrough write reached the store while a "
              "write back of the same chunk was in flight");
+  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+    g_error ("flush race: a writethrough write completed while a write "
+             "back of the same chunk was in flight");
   g_assert_cmpint (rb_pread (f.rb, got, CHUNK, x), ==, 0);
   if (memcmp (got, v1, CHUNK) != 0)
     g_error ("flush race: a writethrough write changed RAM while a write "
@@ -435,11 +439,15 @@ test_demand_load_waits (void)
   b = (struct job) { .f = &f, .tag = "B", .op = J_READ, .buf = got,
                      .len = CHUNK, .off = x };
   job_start (&b);
-  TS_WAIT (ts_gate_held (gb) || waiters (&f.rb->rl.released) > 0,
+  TS_WAIT (ts_gate_held (gb) || waiters (&f.rb->rl.released) > 0 ||
+           __atomic_load_n (&b.done, __ATOMIC_SEQ_CST),
            "the read to queue behind the write's range");
   if (ts_gate_held (gb))
     g_error ("a demand load of a chunk reached the store while a write "
              "was loading the same chunk");
+  if (__atomic_load_n (&b.done, __ATOMIC_SEQ_CST))
+    g_error ("a read of a chunk returned while a write was loading the "
+             "same chunk");
   ts_gate_open (ga);
   job_join (&a);
   g_assert_cmpint (a.r, ==, 0);
