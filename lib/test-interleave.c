@@ -275,6 +275,16 @@ job_join (struct job *j)
   g_thread_join (j->t);
 }
 
+/* Wait until g holds a request of job j; fail if j returns first. */
+static void
+wait_gate_job (struct ts_gate *g, struct job *j, const char *what)
+{
+  TS_WAIT (ts_gate_held (g) || __atomic_load_n (&j->done, __ATOMIC_SEQ_CST),
+           what);
+  if (!ts_gate_held (g))
+    g_error ("%s: it returned (%d) without reaching the store", what, j->r);
+}
+
 /* --- the flush race ---------------------------------------------------- */
 
 /* A write back of chunk X is in flight with the old data (captured);
@@ -391,7 +401,7 @@ test_populate_newer_write (void)
   a = (struct job) { .f = &f, .tag = "A", .op = J_WRITE, .buf = buf,
                      .len = 100, .off = x + 50 };
   job_start (&a);
-  ts_gate_wait (g);                     /* A loads X, holding its range */
+  wait_gate_job (g, &a, "a partial write to load its chunk");
 
   g_assert_cmpint (rb_start (f.rb), ==, 0);
   TS_WAIT (waiters (&f.rb->rl.released) > 0,
@@ -433,7 +443,7 @@ test_demand_load_waits (void)
   a = (struct job) { .f = &f, .tag = "A", .op = J_WRITE, .buf = buf,
                      .len = 100, .off = x + 50 };
   job_start (&a);
-  ts_gate_wait (ga);
+  wait_gate_job (ga, &a, "a partial write to load its chunk");
 
   gb = ts_gate_arm (f.ts, &mb, 0);
   b = (struct job) { .f = &f, .tag = "B", .op = J_READ, .buf = got,
@@ -712,10 +722,14 @@ test_sync_error_fua (void)
   j2 = (struct job) { .f = &f, .tag = "w2", .op = J_WRITE, .buf = d2,
                       .len = 3000, .off = 60 * CHUNK + 100, .flags = RB_FUA };
   job_start (&j1);
-  ts_gate_wait (g1);                    /* W1's sync in progress */
+  wait_gate_job (g1, &j1, "W1's FUA write to sync");
   job_start (&j2);
   ts_wait_count (f.ts, &m2, 1, "W2's sync to start behind W1's");
   ts_gate_open (g1);                    /* fails: W1 and W2 dropped */
+  /* Let the flusher go too (a fix may wait for it): nothing it does
+   * can bring W2's data back to the store, only writing W2 again can.
+   */
+  ts_gate_open (gy);
   job_join (&j1);
   job_join (&j2);
   memcpy (f.model + j1.off, d1, 3000);  /* in RAM either way */
@@ -725,7 +739,6 @@ test_sync_error_fua (void)
   if (j2.r == 0 && !j2.durable)
     g_error ("W2's FUA write returned 0 after its sync waited behind a "
              "failing one, but it was not durable");
-  ts_gate_open (gy);
   fx_finish (&f, "FUA writes around a failed sync");
 }
 
