@@ -158,7 +158,8 @@ int
 rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
 {
   double progress = st->chunks ? (double) st->loaded_chunks / st->chunks : 1;
-  uint64_t pending = st->dirty_bytes + st->inflight_bytes;
+  uint64_t pending = st->dirty_bytes + st->inflight_bytes +
+    st->unsynced_bytes;
   double drain = st->flush_bandwidth
     ? (double) pending / st->flush_bandwidth : (pending ? -1 : 0);
   const struct field f[] = {

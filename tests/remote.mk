@@ -14,6 +14,7 @@ remote_tests = \
 	test-remote-multiconn.sh \
 	test-remote-holes.sh \
 	test-remote-tls.sh \
+	test-fast-zero.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
