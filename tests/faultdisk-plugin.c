@@ -40,12 +40,15 @@
  *       requests go on (the thread model is parallel).  Replies
  *       "id=ID".  OP is read, write, zero, flush or store (write or
  *       zero).
- *   release ID|all [apply|fail]
+ *   release ID|all [apply|fail|drop]
  *       Release the request held by stall ID (or all held ones).
  *       apply (default): perform it now, then reply; it lands on the
  *       image even if its connection has been closed meanwhile, as a
  *       slow server thread does.  fail: reply EIO without performing
- *       it.  A stall that has not been hit yet is disarmed.  Replies
+ *       it.  drop (a FLUSH in durable= mode): fail it with EIO and lose
+ *       every unflushed write, including those that arrived while it
+ *       was held, as Linux drops the dirty pages whose write-back
+ *       failed and reports the error to one fsync only.  A stall that has not been hit yet is disarmed.  Replies
  *       "released=N".
  *   fail OP [nth=N | offset=OFF] [errno=EIO|ENOSPC|EPERM|EINVAL]
  *       The matching request fails once with that errno (default EIO),
@@ -114,7 +117,7 @@ static const char *const op_names[NR_OPS] = {
 
 enum rule_kind { R_STALL, R_FAIL };
 enum rule_state { RS_FREE = 0, RS_ARMED, RS_HELD, RS_RELEASED };
-enum release_action { REL_APPLY, REL_FAIL };
+enum release_action { REL_APPLY, REL_FAIL, REL_DROP };
 
 struct rule {
   enum rule_state state;
@@ -300,6 +303,27 @@ match (enum op op, uint64_t count, uint64_t offset)
   return NULL;
 }
 
+/* A failed FLUSH that loses the cache: every unflushed write is gone
+ * and reads see the durable image again.  Lock held.
+ */
+static void
+drop_unflushed (void)
+{
+  struct record *rec, *next;
+
+  for (rec = st.head; rec; rec = next) {
+    next = rec->next;
+    free (rec->data);
+    free (rec);
+  }
+  st.head = NULL;
+  st.tail = &st.head;
+  st.unflushed_writes = st.unflushed_bytes = 0;
+  if (copy_image (st.dfd, st.fd, st.size) == -1)
+    nbdkit_error ("drop: restoring %s from %s: %m", file, durable);
+  nbdkit_debug ("faultdisk: flush failed, unflushed writes dropped");
+}
+
 /* Common entry of every request: count it, apply fail and stall rules.
  * Returns 0 to go on, -1 to fail with errno.  Lock held; a stall waits
  * here (the lock is released while waiting).
@@ -337,7 +361,9 @@ enter (enum op op, uint64_t count, uint64_t offset)
   nbdkit_debug ("faultdisk: rule %d: %s of %" PRIu64 " at %" PRIu64
                 " released (%s)", r->id, op_names[op], count, offset,
                 r->action == REL_APPLY && !st.dead ? "apply" : "fail");
-  if (r->action == REL_FAIL || st.dead) {
+  if (r->action == REL_DROP && op == OP_FLUSH && st.dfd >= 0 && !st.dead)
+    drop_unflushed ();
+  if (r->action != REL_APPLY || st.dead) {
     errno = EIO;
     return -1;
   }
@@ -682,7 +708,7 @@ cmd_release (char **w, int nw, char *reply, size_t len)
   int i;
 
   if (nw < 2 || nw > 3)
-    ERROR ("usage: release ID|all [apply|fail]");
+    ERROR ("usage: release ID|all [apply|fail|drop]");
   all = strcmp (w[1], "all") == 0;
   if (!all && (parse_u64 (w[1], &id) == -1 || id == 0))
     ERROR ("bad rule id '%s'", w[1]);
@@ -691,8 +717,10 @@ cmd_release (char **w, int nw, char *reply, size_t len)
       action = REL_APPLY;
     else if (strcmp (w[2], "fail") == 0)
       action = REL_FAIL;
+    else if (strcmp (w[2], "drop") == 0)
+      action = REL_DROP;
     else
-      ERROR ("release: apply or fail, not '%s'", w[2]);
+      ERROR ("release: apply, fail or drop, not '%s'", w[2]);
   }
   for (i = 0; i < MAX_RULES; i++) {
     struct rule *r = &st.rules[i];

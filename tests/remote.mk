@@ -16,6 +16,7 @@ remote_tests = \
 	test-remote-tls.sh \
 	test-fast-zero.sh \
 	test-faultdisk.sh \
+	test-sync-error.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
