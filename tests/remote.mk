@@ -17,6 +17,7 @@ remote_tests = \
 	test-fast-zero.sh \
 	test-faultdisk.sh \
 	test-sync-error.sh \
+	test-ups-drain.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
