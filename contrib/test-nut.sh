@@ -11,10 +11,21 @@
 # writethrough (and its dirty data must still drain), back to OL to
 # writeback; asserted with "ramback status --json".  Then the same with
 # upssched between upsmon and the hook, configured from the shipped
-# sample.  Every daemon is started and stopped here.  Every wait is for
+# sample.  Then a low battery: the hook syncs, and on line is ignored
+# until a reset.  Every daemon is started and stopped here.  Every wait is for
 # the next state on the way (upsd's status, upsmon's log line, the
 # hook's log line, the mode); the bound is only for a hung test.  Skips
 # (77) if NUT is not installed and cannot be, or if not run as root.
+
+# upsmon keeps its pid file in /run/nut (NUT_ALTPIDPATH does not move
+# it) and will not start while the pid in it is alive: another run of
+# this test, or any process that got that number since.  So the test
+# runs in its own mount namespace with a private /run/nut, if it can.
+if [ -z "${RAMBACK_NUT_NS:-}" ] && [ "$(id -u)" -eq 0 ] &&
+   unshare --mount --propagation private true 2>/dev/null; then
+    RAMBACK_NUT_NS=1 exec unshare --mount --propagation private \
+        "$BASH" "$0" "$@"
+fi
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
@@ -43,6 +54,14 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 # NUT's packages create the user "nut"; without it, another one.
 user=$hook_user group=$hook_group
+
+if [ -n "${RAMBACK_NUT_NS:-}" ]; then
+    mkdir -p /run/nut
+    mount -t tmpfs -o mode=0770 ramback-test-nut /run/nut
+    chgrp "$group" /run/nut
+else
+    echo "no mount namespace: NUT's /run/nut is shared with the system"
+fi
 
 HOOK="$top_builddir/contrib/ramback-ups-hook"
 [ -x "$HOOK" ] || fail "$HOOK is not built"
@@ -146,6 +165,21 @@ stop_daemon () {
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
     wait_for "NUT $name to stop on SIGTERM" eval "! kill -0 -- -$pid 2>/dev/null"
 }
+# while_up NAME CMD...: CMD's status; but if NUT's NAME has exited, that
+# will not change: fail at once with its log.  (The process started as
+# NAME is the daemon: setsid did not fork, the daemon runs in the
+# foreground; a zombie has exited.)
+while_up () {
+    local name=$1 pidv=${1}_pid st
+    shift
+    "$@" && return 0
+    st=$(ps -o stat= -p "${!pidv}") || st=Z
+    if [ "${st#Z}" != "$st" ]; then
+        tail -20 "$nut/$name.log" >&2
+        fail "NUT $name has exited"
+    fi
+    return 1
+}
 ups_status () { upsc "dummy@127.0.0.1:$port" ups.status 2>/dev/null; }
 status_is () { [ "$(ups_status)" = "$1" ]; }
 # log_has FILE N PATTERN: PATTERN is on N lines of FILE (or more)
@@ -157,11 +191,11 @@ show_logs () {
 cleanup_fn show_logs
 
 start_daemon driver $NUTDIR/dummy-ups -u "$user" -a dummy
-wait_for "the driver's socket" test -S "$nut/state/dummy-ups-dummy"
+wait_for "the driver's socket" while_up driver test -S "$nut/state/dummy-ups-dummy"
 start_daemon upsd $NUTDIR/upsd -u "$user"
-wait_for "upsd to report OL" status_is OL
+wait_for "upsd to report OL" while_up upsd status_is OL
 start_daemon upsmon $NUTDIR/upsmon
-wait_for "upsmon to log in" log_has "$nut/upsd.log" 1 'logged into UPS'
+wait_for "upsmon to log in" while_up upsmon log_has "$nut/upsd.log" 1 'logged into UPS'
 # The process that runs NOTIFYCMD is the unprivileged one.
 ps -o user=,pid=,args= -s "$upsmon_pid"
 ps -o user= -s "$upsmon_pid" | grep -qx "$user" ||
@@ -180,14 +214,15 @@ power () {
         OL) note="on line power" event=online mode=writeback was=writethrough ;;
     esac
     set_ups_status "$st"
-    wait_for "upsd to report $st" status_is "$st"
-    wait_for "upsmon to notify $note ($n)" log_has "$log" "$n" "$note"
+    wait_for "upsd to report $st" while_up upsd status_is "$st"
+    wait_for "upsmon to notify $note ($n)" \
+        while_up "$1" log_has "$log" "$n" "$note"
     if [ "$1" = upsmon2 ]; then
         wait_for "upssched to run the hook for $event ($n)" \
-            log_has "$log" "$n" "Executing command: $event\$"
+            while_up "$1" log_has "$log" "$n" "Executing command: $event\$"
     fi
     wait_for "the hook to switch to $mode ($n)" \
-        log_has "$log" "$n" "$rb_ctl: $event: mode $mode (was $was)"
+        while_up "$1" log_has "$log" "$n" "$rb_ctl: $event: mode $mode (was $was)"
     expect_mode "$rb_ctl" "$mode"
 }
 
@@ -203,7 +238,7 @@ power upsmon OL 1
 power upsmon OB 2
 power upsmon OL 2
 stop_daemon upsmon "$upsmon_pid"
-grep -q "no ramback control socket\|failed" "$nut/upsmon.log" &&
+grep "ramback-ups-hook: .*\(failed\|no ramback\|denied\)" "$nut/upsmon.log" &&
     fail "the hook failed under upsmon"
 
 # The same through upssched, configured with the shipped sample (with
@@ -221,15 +256,53 @@ if [ -x "$upssched" ]; then
     sed -i "s|^NOTIFYCMD .*|NOTIFYCMD $upssched|" "$nut/upsmon.conf"
     # A new log, so that only what upssched did is in it.
     start_daemon upsmon2 $NUTDIR/upsmon
-    wait_for "upsmon to log in again" log_has "$nut/upsd.log" 2 'logged into UPS'
+    wait_for "upsmon to log in again" while_up upsmon2 log_has "$nut/upsd.log" 2 'logged into UPS'
     power upsmon2 OB 1
     power upsmon2 OL 1
     stop_daemon upsmon2 "$upsmon2_pid"
-    grep -q "no ramback control socket\|failed" "$nut/upsmon2.log" &&
+    grep "ramback-ups-hook: .*\(failed\|no ramback\|denied\)" "$nut/upsmon2.log" &&
         fail "the hook failed under upssched"
 else
     echo "upssched is not installed: only upsmon's NOTIFYCMD tested"
 fi
+
+# Low battery straight from on line, as a UPS may report a sudden
+# failure: upsmon runs the hook for ONBATT and LOWBATT at once
+# (overlapping runs), then shuts down (SHUTDOWNCMD is /bin/true),
+# running it again for SHUTDOWN.  As nut, the hook syncs the dirty data
+# to the backing store and latches the low battery: on line is then
+# ignored, until a reset.
+sed -i "s|^NOTIFYCMD .*|NOTIFYCMD $HOOK|" "$nut/upsmon.conf"
+echo "FINALDELAY 0" >> "$nut/upsmon.conf"
+nbd_write "$rb_uri" 0 4194304 111
+expect_mode "$rb_ctl" writeback
+start_daemon upsmon3 $NUTDIR/upsmon
+wait_for "upsmon to log in a third time" while_up upsmon3 log_has "$nut/upsd.log" 3 'logged into UPS'
+status_has () { case " $(ups_status) " in *" $1 "*) ;; *) return 1 ;; esac; }
+set_ups_status "OB LB"
+wait_for "upsd to report LB" while_up upsd status_has LB
+wait_for "upsmon to notify the low battery" \
+    log_has "$nut/upsmon3.log" 1 "battery is low"
+wait_for "the hook to sync" log_has "$nut/upsmon3.log" 1 \
+    "$rb_ctl: lowbatt: mode writethrough (was [a-z]*); synced"
+expect_mode "$rb_ctl" writethrough
+/usr/bin/python3 -c '
+import sys
+d = open (sys.argv[1], "rb").read (4194304)
+assert d == bytes ([111]) * 4194304, "low battery: not on the backing file"' "$TMP/back.img"
+latch="$rb_dir/ups-hook/control.sock.lowbatt"
+[ "$(stat -c %U "$latch")" = "$user" ] || fail "$latch is not written by $user"
+wait_for "upsmon to shut down" eval "! kill -0 -- -$upsmon3_pid 2>/dev/null"
+grep "ramback-ups-hook: .*\(failed\|no ramback\|denied\)" "$nut/upsmon3.log" &&
+    fail "the hook failed on low battery"
+as_hook_user "$HOOK" online 2> "$TMP/online.err"
+cat "$TMP/online.err"
+grep -q "$rb_ctl: online ignored: low battery" "$TMP/online.err" ||
+    fail "online not ignored after the low battery"
+expect_mode "$rb_ctl" writethrough
+as_hook_user "$HOOK" reset
+as_hook_user "$HOOK" online
+expect_mode "$rb_ctl" writeback
 
 stop_daemon upsd "$upsd_pid"
 stop_daemon driver "$driver_pid"
