@@ -192,7 +192,7 @@ static void rbk_span_endio(struct bio *bio)
 void rbk_ram_io(struct rbk *rbk, blk_opf_t opf, u64 offset, u64 len,
 		struct rbk_span *span)
 {
-	struct block_device *bdev = rbk->dev->bdev;
+	struct block_device *bdev = rbk->bdev;
 
 	while (len) {
 		u64 pages = DIV_ROUND_UP_ULL((offset & ~PAGE_MASK) + len,
