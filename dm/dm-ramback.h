@@ -78,6 +78,7 @@ struct rbk {
 	struct dm_dev *dev;		/* backing device; NULL once orphaned */
 	struct block_device *bdev;	/* where backing I/O goes: dev's, or
 					 * an orphan's own reference */
+	fmode_t bdev_mode;		/* how an orphan opened bdev */
 	struct mapped_device *md;	/* the device of ti's table */
 	struct list_head list;		/* rbk_registry (rbk-target.c) */
 	char name[16];			/* md's "major:minor", for messages */

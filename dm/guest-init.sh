@@ -234,6 +234,9 @@ stuck_remove () {
   if dmsetup remove bk 2>/dev/null; then
     fail "bk was removed while data for it is still in RAM"
   fi
+  if dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" 2>/dev/null; then
+    fail "a new table took bk while data for it is still in RAM"
+  fi
   n=$(log_count "$ORPHAN_MSG")
   backing_returns bk 2 || fail "restore bk"
   wait_until 60 log_grew "$ORPHAN_MSG" "$n" ||

@@ -166,7 +166,7 @@ void rbk_free(struct rbk *rbk)
 	rangelock_destroy(&rbk->rl);
 	rbk_ram_free(rbk);
 	if (rbk->orphan)
-		blkdev_put(rbk->bdev, FMODE_READ | FMODE_WRITE);
+		blkdev_put(rbk->bdev, rbk->bdev_mode);
 	kfree(rbk);
 }
 
@@ -177,16 +177,21 @@ void rbk_free(struct rbk *rbk)
  * data must not.  Keep the RAM image, the flusher and our own open
  * reference to the backing device, pin the module, and let the flusher
  * free it all once a sweep has written everything back (rbk-bg.c).
+ *
+ * The backing device is claimed exclusively once dm lets go of it: a
+ * new table or a mount on it would read data older than ours, and our
+ * late write back would then land under its newer writes.
  * False if the backing device cannot be held: then the data is lost.
  */
 static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 {
+	const fmode_t mode = FMODE_READ | FMODE_WRITE;
 	u64 dirty = chunkmap_dirty(&rbk->map);
-	struct block_device *bdev;
+	dev_t dev = rbk->bdev->bd_dev;
+	struct block_device *bdev, *excl;
 
 	/* The same block_device as rbk->bdev, opened once more. */
-	bdev = blkdev_get_by_dev(rbk->bdev->bd_dev, FMODE_READ | FMODE_WRITE,
-				 NULL);
+	bdev = blkdev_get_by_dev(dev, mode, NULL);
 	if (IS_ERR(bdev)) {
 		DMERR("%s: %llu dirty chunks are lost: they were not written back and %pg cannot be held open (error %ld)",
 		      rbk_name(rbk), dirty, rbk->bdev, PTR_ERR(bdev));
@@ -198,6 +203,16 @@ static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 	dm_put_device(ti, rbk->dev);
 	rbk->dev = NULL;
 	rbk->ti = NULL;
+	rbk->bdev_mode = mode;
+	excl = blkdev_get_by_dev(dev, mode | FMODE_EXCL, rbk);
+	if (!IS_ERR(excl)) {
+		blkdev_put(bdev, mode);
+		bdev = excl;
+		rbk->bdev_mode = mode | FMODE_EXCL;
+	} else {
+		DMWARN("%s: %pg is claimed by someone else, so it cannot be reserved for the data left in RAM (error %ld)",
+		       rbk_name(rbk), bdev, PTR_ERR(excl));
+	}
 	rbk->bdev = bdev;
 	__module_get(THIS_MODULE);	/* put by the flusher as it exits */
 	rbk->flusher = NULL;		/* it ends by itself, nobody stops it */
