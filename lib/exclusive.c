@@ -66,34 +66,73 @@ comm_of (long pid, char *comm, size_t len)
   fclose (f);
 }
 
-/* Does /proc/PID/fdinfo/FD list a lock? */
+/* Does /proc/PID/fdinfo/FD list a lock on the file dev:ino?  Its lock
+ * lines name the locked file as "MAJ:MIN:INO" (hex, hex, decimal), so
+ * nothing of that file is stat'ed: a hung network file system cannot
+ * make the scan hang.
+ */
 static bool
-fd_has_lock (long pid, const char *fd)
+fd_locks (int fdinfo_dir, const char *fd, uint64_t dev, uint64_t ino)
 {
-  char path[320], line[256];
+  char line[256];
   bool found = false;
   FILE *f;
+  int d;
 
-  snprintf (path, sizeof path, "/proc/%ld/fdinfo/%s", pid, fd);
-  f = fopen (path, "re");
-  if (f == NULL)
+  d = openat (fdinfo_dir, fd, O_RDONLY | O_CLOEXEC);
+  if (d == -1)
     return false;
-  while (!found && fgets (line, sizeof line, f))
-    found = strncmp (line, "lock:", 5) == 0;
+  f = fdopen (d, "re");
+  if (f == NULL) {
+    close (d);
+    return false;
+  }
+  while (!found && fgets (line, sizeof line, f)) {
+    char *tok, *save = NULL;
+
+    if (strncmp (line, "lock:", 5) != 0)
+      continue;
+    for (tok = strtok_r (line + 5, " \t\n", &save); tok && !found;
+         tok = strtok_r (NULL, " \t\n", &save)) {
+      unsigned maj, min;
+      uint64_t i;
+      char extra;
+
+      if (sscanf (tok, "%x:%x:%" SCNu64 "%c", &maj, &min, &i, &extra) == 3)
+        found = maj == major (dev) && min == minor (dev) && i == ino;
+    }
+  }
   fclose (f);
   return found;
 }
 
+/* Does the descriptor /proc/PID/fd/FD refer to block device rdev?  Only
+ * targets under /dev are stat'ed (device nodes: never a network file
+ * system that could hang).
+ */
+static bool
+fd_is_device (int fd_dir, const char *fd, uint64_t rdev)
+{
+  char target[256];
+  ssize_t n = readlinkat (fd_dir, fd, target, sizeof target - 1);
+  struct stat st;
+
+  if (n <= 5)
+    return false;
+  target[n] = '\0';
+  return strncmp (target, "/dev/", 5) == 0 && stat (target, &st) == 0 &&
+    S_ISBLK (st.st_mode) && st.st_rdev == rdev;
+}
+
 struct match {
-  bool block;                   /* match a block device by rdev */
+  bool block;                   /* a block device user, else a lock holder */
   uint64_t dev, ino, rdev;
-  bool need_lock;               /* only descriptors that hold a lock */
 };
 
 #define MAX_PIDS 4
 
 /* Processes other than this one with a descriptor matching m; returns
- * how many (at most MAX_PIDS are stored).
+ * how many (at most MAX_PIDS).
  */
 static size_t
 scan_proc (const struct match *m, long *pids)
@@ -113,24 +152,20 @@ scan_proc (const struct match *m, long *pids)
 
     if (*end != '\0' || pid <= 0 || pid == self)
       continue;
-    snprintf (path, sizeof path, "/proc/%ld/fd", pid);
+    snprintf (path, sizeof path, "/proc/%ld/%s", pid,
+              m->block ? "fd" : "fdinfo");
     fds = opendir (path);
     if (fds == NULL)
       continue;
     while ((e = readdir (fds)) != NULL) {
-      struct stat st;
-
-      if (e->d_name[0] == '.' ||
-          fstatat (dirfd (fds), e->d_name, &st, 0) == -1)
+      if (e->d_name[0] == '.')
         continue;
       if (m->block
-          ? !(S_ISBLK (st.st_mode) && st.st_rdev == m->rdev)
-          : !(st.st_dev == m->dev && st.st_ino == m->ino))
-        continue;
-      if (m->need_lock && !fd_has_lock (pid, e->d_name))
-        continue;
-      pids[n++] = pid;
-      break;
+          ? fd_is_device (dirfd (fds), e->d_name, m->rdev)
+          : fd_locks (dirfd (fds), e->d_name, m->dev, m->ino)) {
+        pids[n++] = pid;
+        break;
+      }
     }
     closedir (fds);
   }
@@ -155,7 +190,7 @@ append_pids (char *buf, size_t len, const long *pids, size_t n)
 void
 rb_describe_lock_holders (int fd, char *buf, size_t len)
 {
-  struct match m = { .need_lock = true };
+  struct match m = { .block = false };
   struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
   struct stat st;
   long pids[MAX_PIDS];

@@ -26,6 +26,9 @@
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
 
 _Static_assert (offsetof (struct ramimage_header, back_uri) == 144,
                 "the RAM image header layout is part of the file format");
@@ -302,7 +305,7 @@ log_takeover (const char *path, const struct ramimage_header *old)
 
 struct layout {
   uint64_t map_offset, map_size;
-  bool hugetlbfs;
+  bool hugetlbfs, tmpfs;
   uint64_t free_bytes;
 };
 
@@ -321,6 +324,7 @@ plan_layout (struct ramimage *ri, const struct ramimage_params *p,
   ri->block = (uint64_t) fs.f_bsize > ps && fs.f_bsize % ps == 0
     ? (uint64_t) fs.f_bsize : ps;
   l->hugetlbfs = fs.f_type == HUGETLBFS_MAGIC;
+  l->tmpfs = fs.f_type == TMPFS_MAGIC;
   l->free_bytes = (uint64_t) fs.f_bavail * fs.f_bsize;
   if (chunk == 0)
     chunk = 65536;
@@ -517,6 +521,18 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
     rb_set_error (errno, "ram=%s: ftruncate to %" PRIu64 " bytes%s",
                   p->path, ri->file_size,
                   l.hugetlbfs ? " on hugetlbfs" : "");
+    goto fail;
+  }
+  /* A tmpfs may be mounted larger than the machine: reserving more than
+   * RAM would call the out of memory killer rather than fail.
+   */
+  if (l.tmpfs && !p->overcommit && rb_phys_mem () > 0 &&
+      p->size > rb_phys_mem ()) {
+    rb_set_error (ENOMEM, "ram=%s: the device (%" PRIu64 " bytes) is larger "
+                  "than the machine's RAM (%" PRIu64 " bytes), where a "
+                  "tmpfs lives; use a smaller backing store, or "
+                  "overcommit=true if it is sparse and will never be filled",
+                  p->path, p->size, rb_phys_mem ());
     goto fail;
   }
   if (!p->overcommit && reserve (ri, p, &l) == -1)

@@ -12,7 +12,8 @@
 # died with every dirty byte).  The data reads back, is synced, the stop
 # is clean and the backing file equals the model.
 # Also: a device too large for the tmpfs is refused at start with a
-# message naming the space, and overcommit=true lets it start.
+# message naming the space, and overcommit=true lets it start; a device
+# larger than RAM on a tmpfs mounted larger than RAM is refused.
 
 if [ -z "$RAMBACK_TEST_NS" ]; then
     if ! unshare -m --propagation private true 2>/dev/null; then
@@ -50,6 +51,21 @@ expect_fail "device larger than the ram= tmpfs" \
     "(cannot reserve|larger than).*overcommit=true" back="$TMP/big.img" ram="$mnt/big.ram"
 [ ! -e "$mnt/big.ram" ] || fail "a refused start left $mnt/big.ram behind"
 protect_clear
+# A tmpfs may be mounted larger than the machine: a device larger than
+# RAM is refused there as it is in anonymous memory.
+ram_kib=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
+mkdir "$TMP/vast"
+mount -t tmpfs -o size=$((ram_kib * 4))k tmpfs "$TMP/vast"
+cleanup_fn umount -l "$TMP/vast"
+truncate -s $((ram_kib * 2))k "$TMP/vast.img"
+expect_fail "device larger than RAM on a larger tmpfs" \
+    "larger than the machine's RAM.*overcommit=true" \
+    back="$TMP/vast.img" ram="$TMP/vast/vast.ram"
+[ ! -e "$TMP/vast/vast.ram" ] || fail "a refused start left vast.ram behind"
+[ "$(stat -c %s.%b "$TMP/vast.img")" = "$((ram_kib * 2048)).0" ] ||
+    fail "the refused start changed vast.img: $(stat -c %s.%b "$TMP/vast.img")"
+umount "$TMP/vast"
+rm -f "$TMP/vast.img"
 start_rb oc -- back="$TMP/big.img" ram="$mnt/big.ram" overcommit=true
 stop_rb oc
 [ ! -e "$mnt/big.ram" ] || fail "overcommit: ram= file left behind"
