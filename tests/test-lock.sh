@@ -10,7 +10,8 @@
 # takes; an open file description lock, as qemu takes) also refuses the
 # start, naming that program's pid.  A block device (a loop device)
 # used by a running ramback, or mounted, is refused too (O_EXCL), the
-# message naming the pid or the mount point.  Runs in a private mount
+# message naming the pid or the mount point, and so is ram= naming the
+# backing device itself.  Runs in a private mount
 # namespace; the block device cases are skipped without losetup.
 
 if [ -z "$RAMBACK_TEST_NS" ] &&
@@ -134,6 +135,10 @@ start_rb d -- back="$loop"
 write_and_check "$d_uri" "$loop" 3 "$TMP/model.img"
 expect_fail "same block device twice" "$inuse.*pid $d_pid" back="$loop"
 stop_rb d
+protect "$loop"
+expect_fail "ram= is the backing device" "backing store itself" \
+    back="$loop" ram="$loop"
+protect_clear
 assert_same "$loop" "$TMP/model.img"
 if command -v mkfs.ext4 >/dev/null && [ -n "$RAMBACK_TEST_NS" ]; then
     mkfs.ext4 -q -F "$loop"
