@@ -76,6 +76,22 @@ struct rb_store_ops {
   void (*close) (struct rb_store *s);
 };
 
+/* What a local backing store is (store-file.c sets it; all zero for a
+ * remote one): ram= is refused if it is the store itself, and the RAM
+ * image header records it.
+ */
+enum rb_store_kind {
+  RB_STORE_REMOTE = 0,
+  RB_STORE_FILE = 1,
+  RB_STORE_BLOCK = 2,
+};
+
+struct rb_store_id {
+  enum rb_store_kind kind;
+  uint64_t dev;               /* FILE: st_dev; BLOCK: st_rdev */
+  uint64_t ino;               /* FILE: st_ino */
+};
+
 struct rb_store {
   const struct rb_store_ops *ops;
   void *handle;               /* implementation's own state */
@@ -84,6 +100,7 @@ struct rb_store {
   bool read_only;
   int connections;            /* parallel connections used (status) */
   enum rb_store_state state;  /* updated by the implementation (atomic) */
+  struct rb_store_id id;
 };
 
 /* Parameters a store may need when it is opened. */
