@@ -32,8 +32,8 @@
  * once with 0 or an errno.
  *
  * Connection loss.  When a handle dies (server killed, connection
- * reset, or REQUEST_TIMEOUT_NS without socket activity while requests
- * are in flight) its in-flight pieces fail
+ * reset, or request-timeout= (default REQUEST_TIMEOUT_S) without socket
+ * activity while requests are in flight) its in-flight pieces fail
  * with EIO, the connection goes down, and the store is OFFLINE once no
  * connection is up.  Nothing here retries a failed write: the core
  * keeps the data dirty and retries with its own backoff.  A down
@@ -84,7 +84,7 @@
 #define OPEN_CONNECT_TIMEOUT_MS 15000
 #define CONNECT_TIMEOUT_MS 5000
 #define DISCONNECT_TIMEOUT_MS 1000
-#define REQUEST_TIMEOUT_NS (30 * UINT64_C (1000000000))
+#define REQUEST_TIMEOUT_S 30
 #define BACKOFF_MIN_NS (50 * UINT64_C (1000000))
 #define BACKOFF_MAX_NS (5 * UINT64_C (1000000000))
 
@@ -177,6 +177,7 @@ struct nbd_store {
 
   int nconns;
   unsigned max_inflight;
+  uint64_t request_timeout_ns;
   struct conn conns[MAX_CONNECTIONS];
 
   rb_mutex lock;              /* protects everything below and the queues */
@@ -821,8 +822,12 @@ conn_thread (void *vp)
        */
       if (fds[0].revents == 0 && inflight > 0 &&
           nbd_aio_in_flight (c->nbd) > 0 &&
-          rb_now_ns () - c->last_progress_ns > REQUEST_TIMEOUT_NS) {
-        conn_lost (c, "no reply from the server for 30 s");
+          rb_now_ns () - c->last_progress_ns > st->request_timeout_ns) {
+        char why[80];
+
+        snprintf (why, sizeof why, "no reply from the server for %" PRIu64
+                  " s", st->request_timeout_ns / 1000000000);
+        conn_lost (c, why);
         continue;
       }
     }
@@ -1152,12 +1157,15 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
   struct nbd_store *st = s->handle;
   uint64_t reconnects, disconnects, inflight_max, requests;
-  int up, r;
+  unsigned queued = 0;
+  int up, r, i;
   size_t n = 0;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
     up = count_up (st);
+    for (i = 0; i < st->nconns; i++)
+      queued += st->conns[i].queued;
     reconnects = st->reconnects;
     disconnects = st->disconnects;
     inflight_max = st->inflight_max;
@@ -1177,12 +1185,13 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
                   ",\"store_reconnects\":%" PRIu64
                   ",\"store_disconnects\":%" PRIu64
                   ",\"store_requests\":%" PRIu64
+                  ",\"store_queued\":%u"
                   ",\"store_inflight_max\":%" PRIu64
                   ",\"store_inflight_limit\":%u"
                   ",\"store_max_request\":%" PRIu64,
                   up, st->multi_conn ? "true" : "false",
                   st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, inflight_max,
+                  reconnects, disconnects, requests, queued, inflight_max,
                   st->max_inflight, st->max_request);
     ADVANCE (r);
   }
@@ -1195,12 +1204,13 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
                   "store_reconnects: %" PRIu64 "\n"
                   "store_disconnects: %" PRIu64 "\n"
                   "store_requests: %" PRIu64 "\n"
+                  "store_queued: %u\n"
                   "store_inflight_max: %" PRIu64 "\n"
                   "store_inflight_limit: %u\n"
                   "store_max_request: %" PRIu64 "\n",
                   st->uri, up, st->multi_conn ? "true" : "false",
                   st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, inflight_max,
+                  reconnects, disconnects, requests, queued, inflight_max,
                   st->max_inflight, st->max_request);
     ADVANCE (r);
   }
@@ -1286,6 +1296,11 @@ rb_store_nbd_open (const struct rb_store_params *params)
                   params->connections, MAX_CONNECTIONS);
     return NULL;
   }
+  if (params->request_timeout < 0) {
+    rb_set_error (EINVAL, "nbd: request-timeout=%d must be positive",
+                  params->request_timeout);
+    return NULL;
+  }
   if (params->max_inflight < 0 || params->max_inflight > MAX_INFLIGHT) {
     rb_set_error (EINVAL, "nbd: inflight=%d must be 1..%d",
                   params->max_inflight, MAX_INFLIGHT);
@@ -1363,6 +1378,9 @@ rb_store_nbd_open (const struct rb_store_params *params)
   }
   st->max_inflight = params->max_inflight > 0
     ? params->max_inflight : DEFAULT_INFLIGHT;
+  st->request_timeout_ns = (params->request_timeout > 0
+                            ? params->request_timeout : REQUEST_TIMEOUT_S)
+    * UINT64_C (1000000000);
 
   want = params->connections;
   if (want == 0)

@@ -98,6 +98,8 @@ struct rb_store_params {
   int tls_verify_peer;        /* -1: libnbd default */
   int connections;            /* 0: auto (multi-conn if the server offers it) */
   int max_inflight;           /* per connection, 0: default */
+  int request_timeout;        /* seconds without a reply before a
+                                 connection is given up, 0: default */
 };
 
 /* Open the store named by params->uri: an NBD URI goes to store-nbd.c,
