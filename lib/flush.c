@@ -46,6 +46,7 @@
 #define ZERO_RUN_BYTES (UINT64_C (1) << 30)
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
+#define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 struct run {
   uint64_t first, n;
@@ -277,6 +278,29 @@ coalesce_locked (struct rb *rb, uint64_t target)
     ;
 }
 
+/* Ranges the store can no longer vouch for (store.h, take_suspects:
+ * an old remote write that may have landed late): dirty them again so
+ * that they are rewritten from RAM.  Returns true while the store may
+ * still hand over more; the flusher then looks again every
+ * SUSPECT_POLL_NS, and a clean stop waits for them.
+ */
+static bool
+redirty_suspects (struct rb *rb)
+{
+  struct rb_store_range r[16];
+  bool pending = false;
+  size_t i, n;
+
+  if (rb->store->ops->take_suspects == NULL)
+    return false;
+  do {
+    n = rb->store->ops->take_suspects (rb->store, r, 16, &pending);
+    for (i = 0; i < n; i++)
+      rb_redirty (rb, r[i].offset, r[i].count);
+  } while (n == 16);
+  return pending;
+}
+
 static void *
 flusher_main (void *arg)
 {
@@ -285,8 +309,10 @@ flusher_main (void *arg)
 
   for (;;) {
     uint64_t target;
+    bool suspects;
     int err;
 
+    suspects = redirty_suspects (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       target = rb->sync_requested;
@@ -327,6 +353,11 @@ flusher_main (void *arg)
     }
     backoff = BACKOFF_MIN_MS;
     if (!have_work_locked (rb, target)) {
+      if (suspects) {
+        rb_cond_wait_until (&rb->flusher_cond, &rb->lock,
+                            rb_now_ns () + SUSPECT_POLL_NS);
+        continue;
+      }
       if (rb->stopping)
         break;
       rb_atomic_store (&rb->flusher_idle, true);

@@ -188,7 +188,7 @@ ramback_config_key (const char *key, const char *value)
   else if (strcmp (key, "inflight") == 0)
     return parse_int (key, value, 1, 1024, &c->store.max_inflight);
   else if (strcmp (key, "request-timeout") == 0)
-    return parse_int (key, value, 1, 86400, &c->store.request_timeout);
+    return parse_int (key, value, 0, 86400, &c->store.request_timeout);
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);

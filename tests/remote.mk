@@ -15,6 +15,7 @@ remote_tests = \
 	test-remote-holes.sh \
 	test-remote-tls.sh \
 	test-faultdisk.sh \
+	test-remote-stall.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
