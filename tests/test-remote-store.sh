@@ -68,6 +68,7 @@ EXPECT_EXTENTS=0 KILL_CMD="$TMP/kill.sh" START_CMD="$TMP/start.sh" FAULTDISK_DIR
     "$prog" "$f_uri" "$size"
 # The restarted server daemonized itself: stop it by its pid file.
 kill "$(cat "$TMP/f.rpid")" 2>/dev/null || true
+remote_log_clean f
 
 if command -v qemu-nbd >/dev/null; then
     truncate -s "$size" "$TMP/q.img"
