@@ -878,13 +878,18 @@ reconnect (struct conn *c)
   char why[200];
   struct nbd_handle *h;
   struct drain *d, *next;
-  int i, dfd;
+  int i, dfd = -1;
 
   h = connect_one (st, c->idx, CONNECT_TIMEOUT_MS, why, sizeof why);
   if (h && check_same_export (st, h, why, sizeof why) == -1) {
     nbd_close (h);
     h = NULL;
   }
+  /* libnbd takes the handle's lock: never under ours (finalize takes
+   * ours from libnbd's callbacks).
+   */
+  if (h)
+    dfd = sock_setup (st, h);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
   if (h == NULL) {
@@ -905,7 +910,6 @@ reconnect (struct conn *c)
               why);
     return;
   }
-  dfd = sock_setup (st, h);
   c->nbd = h;
   c->sockdup = dfd;
   c->epoch = ++st->epochs;
