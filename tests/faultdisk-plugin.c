@@ -45,8 +45,8 @@
  *       apply (default): perform it now, then reply; it lands on the
  *       image even if its connection has been closed meanwhile, as a
  *       slow server thread does.  fail: reply EIO without performing
- *       it.  A stall that has not been hit yet is disarmed.  Replies
- *       "released=N".
+ *       it.  A rule (stall or fail) that has not been hit yet is
+ *       disarmed.  Replies "released=N" (held requests released).
  *   fail OP [nth=N | offset=OFF] [errno=EIO|ENOSPC|EPERM|EINVAL]
  *       The matching request fails once with that errno (default EIO),
  *       without being performed.  "fail flush" fails the next FLUSH.
@@ -697,8 +697,7 @@ cmd_release (char **w, int nw, char *reply, size_t len)
   for (i = 0; i < MAX_RULES; i++) {
     struct rule *r = &st.rules[i];
 
-    if (r->state == RS_FREE || r->kind != R_STALL ||
-        (!all && (uint64_t) r->id != id))
+    if (r->state == RS_FREE || (!all && (uint64_t) r->id != id))
       continue;
     if (r->state == RS_HELD) {
       r->action = action;
