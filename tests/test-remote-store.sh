@@ -63,6 +63,8 @@ $envq nbdkit -U $TMP/f.rsock -P $TMP/f.rpid \\
 while [ ! -S $TMP/f.rsock ]; do sleep 0.05; done
 START
 chmod +x "$TMP/kill.sh" "$TMP/start.sh"
+# A restarted server daemonizes: stop it even if the test fails.
+cleanup_fn bash -c 'kill -9 "$(cat "$1")" 2>/dev/null; true' _ "$TMP/f.rpid"
 # faultdisk reports no holes.
 EXPECT_EXTENTS=0 KILL_CMD="$TMP/kill.sh" START_CMD="$TMP/start.sh" FAULTDISK_DIR="$f_fd" \
     "$prog" "$f_uri" "$size"
