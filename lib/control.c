@@ -109,7 +109,7 @@ static char *
 do_status (struct rb *rb, bool json)
 {
   struct rb_stats st;
-  char buf[4096], extra[1024] = "";
+  char buf[4096], extra[2048] = "";
   size_t n = 0;
   int len;
 

@@ -187,6 +187,8 @@ ramback_config_key (const char *key, const char *value)
     return parse_int (key, value, 1, 64, &c->store.connections);
   else if (strcmp (key, "inflight") == 0)
     return parse_int (key, value, 1, 1024, &c->store.max_inflight);
+  else if (strcmp (key, "request-timeout") == 0)
+    return parse_int (key, value, 0, 86400, &c->store.request_timeout);
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);
@@ -218,7 +220,8 @@ ramback_config_check (void)
       c->store.tls_username ? "tls-username" :
       c->store.tls_verify_peer != -1 ? "tls-verify" :
       c->store.connections ? "connections" :
-      c->store.max_inflight ? "inflight" : NULL;
+      c->store.max_inflight ? "inflight" :
+      c->store.request_timeout ? "request-timeout" : NULL;
 
     if (nbd_only) {
       nbdkit_error ("%s= only applies to an NBD backing store (back=nbd://, "

@@ -32,6 +32,7 @@ extern void ramback_config_free (void);
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \
   "tls-certificates=DIR tls-psk=FILE tls-username=NAME tls-verify=BOOL\n" \
-  "connections=N inflight=N   NBD backing store only."
+  "connections=N inflight=N request-timeout=SECONDS\n" \
+  "                        NBD backing store only."
 
 #endif /* RAMBACK_PLUGIN_PARAMS_H */
