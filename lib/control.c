@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "cleanup.h"
 #include "control.h"
 #include "internal.h"
 
 extern const char *rb_errno_name (int e);
+extern int rb_text_escape (char *buf, size_t len, const char *s, size_t n);
 
 #define MAX_WORDS 4
 
@@ -105,11 +107,135 @@ parse_timeout (int nw, char **w, int *ms)
   return 0;
 }
 
+/* Decode the JSON string at *p (after its opening quote) into out
+ * (room for strlen (*p) bytes); *p is left after the closing quote.
+ * Returns the decoded length, or -1 if it is not a JSON string.
+ */
+static ssize_t
+json_string_decode (const char **p, char *out)
+{
+  const char *s = *p;
+  size_t n = 0;
+
+  for (;;) {
+    unsigned char c = *s++;
+    unsigned long u;
+    char hex[5];
+    int i;
+
+    if (c == '"')
+      break;
+    if (c < 0x20)                       /* also the end of the text */
+      return -1;
+    if (c != '\\') {
+      out[n++] = c;
+      continue;
+    }
+    switch (c = *s++) {
+    case '"': case '\\': case '/': out[n++] = c; continue;
+    case 'b': out[n++] = '\b'; continue;
+    case 'f': out[n++] = '\f'; continue;
+    case 'n': out[n++] = '\n'; continue;
+    case 'r': out[n++] = '\r'; continue;
+    case 't': out[n++] = '\t'; continue;
+    case 'u': break;
+    default: return -1;
+    }
+    for (i = 0; i < 4; i++) {
+      if (!isxdigit ((unsigned char) s[i]))   /* stops at the end too */
+        return -1;
+      hex[i] = s[i];
+    }
+    hex[4] = '\0';
+    u = strtoul (hex, NULL, 16);
+    s += 4;
+    /* Six bytes of input make at most three of output (no surrogates:
+     * the stores only escape control characters).
+     */
+    if (u >= 0xd800 && u <= 0xdfff)
+      return -1;
+    if (u < 0x80)
+      out[n++] = u;
+    else if (u < 0x800) {
+      out[n++] = 0xc0 | (u >> 6);
+      out[n++] = 0x80 | (u & 0x3f);
+    }
+    else {
+      out[n++] = 0xe0 | (u >> 12);
+      out[n++] = 0x80 | ((u >> 6) & 0x3f);
+      out[n++] = 0x80 | (u & 0x3f);
+    }
+  }
+  *p = s;
+  return n;
+}
+
+/* The store describes its own fields once, as JSON members
+ * (,"key":value...).  The text status shows them as "key: value" lines,
+ * strings unquoted and escaped like the core's (rb_text_escape), so
+ * whatever a path or URI holds, each field stays one line.  Returns the
+ * malloc'd text, or NULL if out of memory; members that do not parse
+ * (a store's status cut short) are left out.
+ */
+static char *
+store_fields_text (const char *p)
+{
+  size_t cap = strlen (p) * 4 + 64, n = 0;   /* \xHH: 4 bytes per byte */
+  char *text = malloc (cap), *val = malloc (strlen (p) + 1);
+
+  if (text == NULL || val == NULL) {
+    free (text);
+    free (val);
+    return NULL;
+  }
+  text[0] = '\0';
+  while (*p == ',' && p[1] == '"') {
+    const char *key = p + 2, *kend = key, *v;
+    ssize_t vlen;
+    int r;
+
+    while (islower ((unsigned char) *kend) || isdigit ((unsigned char) *kend) ||
+           *kend == '_')
+      kend++;
+    if (kend == key || kend[0] != '"' || kend[1] != ':')
+      break;
+    v = kend + 2;
+    if (*v == '"') {
+      v++;
+      if ((vlen = json_string_decode (&v, val)) == -1)
+        break;
+    }
+    else {
+      /* A number, true, false or null. */
+      vlen = strspn (v, "0123456789+-.eEtruefalsn");
+      if (vlen == 0)
+        break;
+      memcpy (val, v, vlen);
+      v += vlen;
+    }
+    if (*v != ',' && *v != '\0')
+      break;
+    r = snprintf (text + n, cap - n, "%.*s: ", (int) (kend - key), key);
+    if (r < 0 || (size_t) r >= cap - n)
+      break;
+    r += rb_text_escape (text + n + r, cap - n - r, val, vlen);
+    if ((size_t) r + 1 >= cap - n)
+      break;
+    n += r;
+    text[n++] = '\n';
+    text[n] = '\0';
+    p = v;
+  }
+  text[n] = '\0';                       /* a member cut short is left out */
+  free (val);
+  return text;
+}
+
 static char *
 do_status (struct rb *rb, bool json)
 {
   struct rb_stats st;
-  char buf[4096], extra[1024] = "";
+  char buf[4096], extra[2048] = "";
   size_t n = 0;
   int len;
 
@@ -118,7 +244,7 @@ do_status (struct rb *rb, bool json)
   if (len < 0 || (size_t) len >= sizeof buf - 2)
     return reply_err (ENOMEM, "status does not fit");
   if (rb->store->ops->status)
-    n = rb->store->ops->status (rb->store, json, extra, sizeof extra);
+    n = rb->store->ops->status (rb->store, true, extra, sizeof extra);
   extra[n < sizeof extra ? n : sizeof extra - 1] = '\0';
   if (json) {
     char *r;
@@ -128,22 +254,28 @@ do_status (struct rb *rb, bool json)
     return r;
   }
   {
+    CLEANUP_FREE char *text = store_fields_text (extra);
     char *r;
-    if (asprintf (&r, "%s%sOK\n", buf, extra) == -1)
+    if (text == NULL || asprintf (&r, "%s%sOK\n", buf, text) == -1)
       return NULL;
     return r;
   }
 }
 
 char *
-rb_control_request (struct rb *rb, const char *line)
+rb_control_request (struct rb *rb, const char *line, size_t len)
 {
-  CLEANUP_FREE char *copy = strdup (line);
+  CLEANUP_FREE char *copy = NULL;
   char *w[MAX_WORDS];
   int nw, ms;
   size_t i;
 
-  if (copy == NULL)
+  /* A NUL would end the copy early: what follows it would go unchecked
+   * and unseen ("mode writethrough\0junk").
+   */
+  if (memchr (line, '\0', len))
+    return reply_err (EINVAL, "request contains a NUL byte");
+  if ((copy = strndup (line, len)) == NULL)
     return NULL;
   for (i = 0; copy[i]; i++)
     if (!isprint ((unsigned char) copy[i]) && copy[i] != '\t')

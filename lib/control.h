@@ -13,11 +13,13 @@
 
 #define RB_CONTROL_MAX_LINE 1024
 
-/* Execute one request (without its newline) and return the whole reply
- * (data lines, then "OK\n" or "ERR <ERRNO> <message>\n") in a malloc'd
- * string, or NULL if out of memory.  May block (sync, wait-populated).
+/* Execute one request: the len bytes of line, without its newline (any
+ * NUL among them is an error).  Returns the whole reply (data lines,
+ * then "OK\n" or "ERR <ERRNO> <message>\n") in a malloc'd string, or
+ * NULL if out of memory.  May block (sync, wait-populated).
  */
-extern char *rb_control_request (struct rb *rb, const char *line);
+extern char *rb_control_request (struct rb *rb, const char *line,
+                                 size_t len);
 
 /* The reply to a request line that was too long. */
 extern const char *rb_control_too_long (void);

@@ -177,12 +177,15 @@ client_main (void *arg)
         goto out;
       len += r;
     }
-    *nl = '\0';
-    if (nl > line && nl[-1] == '\r')
-      nl[-1] = '\0';
     {
-      CLEANUP_FREE char *reply = rb_control_request (the_rb, line);
-      const char *out = reply ? reply : "ERR ENOMEM out of memory\n";
+      size_t n = nl - line;
+      CLEANUP_FREE char *reply = NULL;
+      const char *out;
+
+      if (n > 0 && line[n - 1] == '\r')
+        n--;
+      reply = rb_control_request (the_rb, line, n);
+      out = reply ? reply : "ERR ENOMEM out of memory\n";
       if (write_all (fd, out, strlen (out)) == -1)
         goto out;
     }
