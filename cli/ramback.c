@@ -68,22 +68,68 @@ static double opt_watch_interval = 1.0;
 static gint opt_count;
 static double opt_timeout = -1;     /* seconds, < 0: none */
 
+/* Numbers on the command line have one form each, so that "-0", "+5",
+ * " 5", "5s", "0x5" or "1e3" are errors, not guesses: seconds are
+ * digits with an optional fraction (0, 30, 0.5; no leading zero), counts
+ * are digits.
+ */
+static gboolean
+is_decimal (const char *s, bool fraction)
+{
+  const char *p = s;
+
+  if (!g_ascii_isdigit (*p) || (p[0] == '0' && g_ascii_isdigit (p[1])))
+    return FALSE;
+  while (g_ascii_isdigit (*p))
+    p++;
+  if (fraction && *p == '.' && g_ascii_isdigit (p[1]))
+    for (p++; g_ascii_isdigit (*p); p++)
+      ;
+  return *p == '\0';
+}
+
 static gboolean
 parse_seconds (const char *name, const char *value, double *ret,
                GError **err)
 {
-  char *end;
   double d;
 
-  errno = 0;
-  d = g_ascii_strtod (value, &end);
-  if (errno || end == value || *end != '\0' || !isfinite (d) || d < 0 ||
-      d > INT_MAX / 1000) {
+  if (!is_decimal (value, true)) {
     g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                 "%s: '%s' is not a number of seconds", name, value);
+                 "%s: '%s' is not a number of seconds (digits with an "
+                 "optional fraction, e.g. 30 or 0.5)", name, value);
+    return FALSE;
+  }
+  d = g_ascii_strtod (value, NULL);
+  if (d > INT_MAX / 1000) {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is too long (at most %d seconds)", name, value,
+                 INT_MAX / 1000);
     return FALSE;
   }
   *ret = d;
+  return TRUE;
+}
+
+static gboolean
+parse_count (const char *name, const char *value, gpointer data,
+             GError **err)
+{
+  gint64 v;
+
+  if (!is_decimal (value, false) || value[0] == '0') {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is not a whole number of updates (1 or more, "
+                 "e.g. 10)", name, value);
+    return FALSE;
+  }
+  v = g_ascii_strtoll (value, NULL, 10);
+  if (strlen (value) > 10 || v > INT_MAX) {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is too many (at most %d)", name, value, INT_MAX);
+    return FALSE;
+  }
+  opt_count = (gint) v;
   return TRUE;
 }
 
@@ -128,7 +174,7 @@ static const GOptionEntry status_options[] = {
   { "watch", 'w', G_OPTION_FLAG_OPTIONAL_ARG, G_OPTION_ARG_CALLBACK,
     parse_watch, "Redraw every SECONDS (default 1) until interrupted",
     "SECONDS" },
-  { "count", 'c', 0, G_OPTION_ARG_INT, &opt_count,
+  { "count", 'c', 0, G_OPTION_ARG_CALLBACK, parse_count,
     "With --watch: stop after N updates", "N" },
   { NULL }
 };

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -89,22 +90,71 @@ split (char *line, char *words[MAX_WORDS])
   }
 }
 
-/* Optional timeout in ms: absent means forever. */
+/* Optional timeout in ms: absent means forever.  Numbers have one form:
+ * decimal digits, without sign, leading zero or unit, so that "-0",
+ * "+5", "0x5" and "5s" are errors rather than guesses.
+ */
 static int
 parse_timeout (int nw, char **w, int *ms)
 {
-  char *end;
-  long v;
+  const char *s;
+  long v = 0;
 
   *ms = -1;
   if (nw < 2)
     return 0;
-  errno = 0;
-  v = strtol (w[1], &end, 10);
-  if (errno || end == w[1] || *end || v < 0 || v > INT_MAX)
+  s = w[1];
+  if (!isdigit ((unsigned char) s[0]) || (s[0] == '0' && s[1] != '\0'))
     return -1;
+  for (; *s; s++) {
+    if (!isdigit ((unsigned char) *s))
+      return -1;
+    v = v * 10 + (*s - '0');
+    if (v > INT_MAX)
+      return -1;
+  }
   *ms = (int) v;
   return 0;
+}
+
+/* sync 0: is everything written before now stored and synced, without
+ * waiting?  Under rb->lock an idle flusher stays idle, and it is the
+ * only one that takes dirty chunks to the store, so nothing moves from
+ * dirty to in flight meanwhile.  Every other way out of unsynced_bytes
+ * (a FUA write's sync that failed) re-dirties the data first (flush.c),
+ * so reading unsynced_bytes before dirty_chunks cannot miss data in
+ * between.  A flusher that is busy, even with nothing left to store,
+ * counts as not done.
+ */
+static bool
+stored_now (struct rb *rb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  return rb->flusher_running && rb_atomic_load (&rb->flusher_idle) &&
+    rb_atomic_load (&rb->unsynced_bytes) == 0 &&
+    chunkmap_dirty (&rb->map) == 0 &&
+    rb_atomic_load (&rb->inflight_chunks) == 0;
+}
+
+static char *
+do_sync_now (struct rb *rb)
+{
+  struct rb_stats st;
+
+  if (stored_now (rb))
+    return reply_ok (NULL);
+  rb_get_stats (rb, &st);
+  if (!rb->flusher_running || st.dirty_bytes + st.inflight_bytes +
+      st.unsynced_bytes == 0) {
+    /* Not running (the errors are rb_sync's), or busy finishing. */
+    if (rb_sync (rb, 0) == 0)
+      return reply_ok (NULL);
+    return reply_last_error ();
+  }
+  return reply_err (ETIMEDOUT, "sync: %" PRIu64 " bytes dirty, %" PRIu64
+                    " in flight and %" PRIu64 " not yet synced (write "
+                    "back continues)", st.dirty_bytes, st.inflight_bytes,
+                    st.unsynced_bytes);
 }
 
 /* Decode the JSON string at *p (after its opening quote) into out
@@ -307,8 +357,14 @@ rb_control_request (struct rb *rb, const char *line, size_t len)
   }
   if (strcmp (w[0], "sync") == 0 || strcmp (w[0], "wait-populated") == 0) {
     bool sync = w[0][0] == 's';
-    if (nw > 2 || parse_timeout (nw, w, &ms) == -1)
+    if (nw > 2)
       return reply_err (EINVAL, "usage: %s [TIMEOUT-MS]", w[0]);
+    if (parse_timeout (nw, w, &ms) == -1)
+      return reply_err (EINVAL, "%s: '%.32s' is not a number of "
+                        "milliseconds (digits only, at most %d, e.g. 5000)",
+                        w[0], w[1], INT_MAX);
+    if (sync && ms == 0)
+      return do_sync_now (rb);
     if ((sync ? rb_sync (rb, ms) : rb_wait_populated (rb, ms)) == -1)
       return reply_last_error ();
     return reply_ok (NULL);

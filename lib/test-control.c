@@ -68,6 +68,9 @@ test_requests (void)
   expect ("sync", "OK");
   expect ("sync 5000", "OK");
   expect ("wait-populated 5000", "OK");
+  /* 0: check now, without waiting.  Nothing is dirty or unsynced. */
+  expect ("sync 0", "OK");
+  expect ("wait-populated 0", "OK");
   expect ("trace on", "OK");
   expect ("trace off", "OK");
   expect ("help", "OK");
@@ -81,11 +84,18 @@ test_malformed (void)
     "mode writeback extra", "sync -1", "sync 12abc", "sync 1 2",
     "trace maybe", "help me", "status\001", "a b c d e f",
     "wait-populated 99999999999999999999",
+    /* Sloppy numbers: one form only, plain decimal digits. */
+    "sync -0", "sync +5", "sync 0x5", "sync 5s", "sync 05", "sync 5.0",
+    "sync 1e3", "sync 00", "sync -", "sync 2147483648",
+    "wait-populated -0", "wait-populated +5", "wait-populated 0x5",
   };
   size_t i;
 
   for (i = 0; i < G_N_ELEMENTS (bad); i++)
     expect (bad[i], "ERR EINVAL ");
+  /* The message says which form is accepted. */
+  expect ("sync +5", "ERR EINVAL sync: '+5' is not a number of "
+          "milliseconds (digits only");
   /* A NUL byte anywhere: the line is not cut short there. */
   expect_len ("mode writethrough\0 junk \xff", 25, "ERR EINVAL ");
   expect_len ("mode writethrough\0", 18, "ERR EINVAL ");
