@@ -26,6 +26,8 @@
 
 static int listen_fd = -1;
 static char *sock_path;
+static dev_t sock_dev;          /* the socket we created, to remove at */
+static ino_t sock_ino;          /* stop only if it is still there */
 static struct rb *the_rb;
 static pthread_t accept_thread;
 static bool accept_running;
@@ -38,44 +40,111 @@ static int client_fds[MAX_CLIENTS];
 static int nclients;
 static bool stopping;
 
-/* A socket left by an nbdkit that died is removed; one that answers
- * belongs to a running ramback and is an error.
+/* control=PATH replaces only what is ours to remove: a stream socket of
+ * our uid that nobody listens on (connect fails with ECONNREFUSED), left
+ * by an nbdkit that died.  Anything else may be in use or belong to
+ * someone else, so it is refused with what it is and what to do: a
+ * regular file, a directory, a symbolic link (never followed), another
+ * uid's socket, a socket something listens on (checked without
+ * blocking: a full backlog is "in use", not a hang), a datagram socket,
+ * or one we cannot check.
  */
 static int
 remove_stale (const char *path, const struct sockaddr_un *addr)
 {
-  struct stat st;
-  int fd, r;
+  struct stat st, again;
+  int fd, r, e;
 
-  if (lstat (path, &st) == -1)
-    return errno == ENOENT ? 0 : (nbdkit_error ("control=%s: %m", path), -1);
+  if (lstat (path, &st) == -1) {
+    if (errno == ENOENT)
+      return 0;
+    nbdkit_error ("control=%s: %m", path);
+    return -1;
+  }
+  if (S_ISLNK (st.st_mode)) {
+    nbdkit_error ("control=%s is a symbolic link, which is never followed "
+                  "or replaced; give the path of the socket itself, or "
+                  "remove the link", path);
+    return -1;
+  }
+  if (S_ISDIR (st.st_mode)) {
+    nbdkit_error ("control=%s is a directory; give the path of the socket "
+                  "to create, e.g. control=%s/control.sock", path, path);
+    return -1;
+  }
   if (!S_ISSOCK (st.st_mode)) {
     nbdkit_error ("control=%s exists and is not a socket; remove it or "
                   "choose another path", path);
     return -1;
   }
-  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (st.st_uid != geteuid ()) {
+    nbdkit_error ("control=%s is a socket of uid %u, not of this nbdkit "
+                  "(uid %u), so it is not ours to remove; its owner may "
+                  "remove it, or choose another path", path,
+                  (unsigned) st.st_uid, (unsigned) geteuid ());
+    return -1;
+  }
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd == -1) {
     nbdkit_error ("socket: %m");
     return -1;
   }
   r = connect (fd, (const struct sockaddr *) addr, sizeof *addr);
+  e = errno;
   close (fd);
-  if (r == 0) {
-    nbdkit_error ("control=%s is in use by another running ramback", path);
+  if (r == 0 || e == EAGAIN || e == EINPROGRESS) {
+    nbdkit_error ("control=%s is in use: something listens on it (another "
+                  "ramback?); stop it or choose another path", path);
+    return -1;
+  }
+  if (e == EPROTOTYPE) {
+    nbdkit_error ("control=%s is a datagram socket, not a control socket "
+                  "left behind; remove it or choose another path", path);
+    return -1;
+  }
+  if (e != ECONNREFUSED) {
+    errno = e;
+    nbdkit_error ("control=%s: cannot tell whether it is in use (connect: "
+                  "%m); remove it if it is stale, or choose another path",
+                  path);
+    return -1;
+  }
+  /* Stale.  Remove it only if it is still the socket we checked. */
+  if (lstat (path, &again) == -1 || again.st_dev != st.st_dev ||
+      again.st_ino != st.st_ino) {
+    nbdkit_error ("control=%s changed while it was being checked; "
+                  "try again", path);
     return -1;
   }
   if (unlink (path) == -1) {
-    nbdkit_error ("control=%s: unlink stale socket: %m", path);
+    nbdkit_error ("control=%s: cannot remove the stale socket: %m", path);
     return -1;
   }
+  nbdkit_debug ("control=%s: removed a stale socket", path);
   return 0;
+}
+
+/* Remove the socket at path if it is still the one we created: one
+ * that somebody put in its place is not ours.
+ */
+static void
+unlink_ours (const char *path)
+{
+  struct stat st;
+
+  if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode) &&
+      st.st_dev == sock_dev && st.st_ino == sock_ino)
+    unlink (path);
+  else
+    nbdkit_debug ("control=%s: not removed, it is no longer the socket "
+                  "this nbdkit created", path);
 }
 
 int
 control_server_bind (const char *path)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  struct stat st;
   mode_t old_umask;
   int r;
 
@@ -103,19 +172,29 @@ control_server_bind (const char *path)
     nbdkit_error ("control=%s: bind: %m", path);
     goto fail;
   }
-  if (listen (listen_fd, 8) == -1) {
-    nbdkit_error ("control=%s: listen: %m", path);
+  if (lstat (path, &st) == -1) {
+    nbdkit_error ("control=%s: lstat after bind: %m", path);
     goto fail;
   }
+  sock_dev = st.st_dev;
+  sock_ino = st.st_ino;
   if ((sock_path = strdup (path)) == NULL) {
     nbdkit_error ("strdup: %m");
-    goto fail;
+    goto fail_unlink;
+  }
+  if (listen (listen_fd, 8) == -1) {
+    nbdkit_error ("control=%s: listen: %m", path);
+    goto fail_unlink;
   }
   return 0;
 
+ fail_unlink:
+  unlink_ours (path);
  fail:
   close (listen_fd);
   listen_fd = -1;
+  free (sock_path);
+  sock_path = NULL;
   return -1;
 }
 
@@ -299,7 +378,7 @@ control_server_stop (void)
     listen_fd = -1;
   }
   if (sock_path) {
-    unlink (sock_path);
+    unlink_ours (sock_path);
     free (sock_path);
     sock_path = NULL;
   }

@@ -3,6 +3,7 @@
 # on the wire, against the real plugin.
 control_tests = \
 	test-control-protocol.sh \
+	test-control-socket.sh \
 	$(NULL)
 TESTS += $(control_tests)
 EXTRA_DIST += $(control_tests)
