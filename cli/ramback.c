@@ -387,6 +387,34 @@ cmd_status (char **args, GError **err)
                    : print_status_once (args[0], err);
 }
 
+/* mode and ups are the UPS path: while the plugin's control slots are
+ * all busy (ERR EBUSY) or nobody listens on the socket yet (a plugin
+ * restarting: connection refused), they try again for up to this long.
+ */
+#define BUSY_RETRY_S 5.0
+
+/* Connect and fetch the status; with retry, as above. */
+static struct ctl *
+connect_with_status (const char *socket, bool retry,
+                     struct json_object **st, GError **err)
+{
+  double give_up = cli_now () + BUSY_RETRY_S, pause = 0.05;
+
+  for (;;) {
+    struct ctl *c = ctl_connect (socket, err);
+
+    if (c && (*st = status_fetch (c, err)) != NULL)
+      return c;
+    ctl_close (c);
+    if (!retry || !ctl_failure_transient () || cli_interrupted ||
+        cli_now () + pause > give_up)
+      return NULL;
+    g_clear_error (err);
+    sleep_seconds (pause);
+    pause = MIN (pause * 2, 0.5);
+  }
+}
+
 /* mode, trace */
 
 /* Send "VERB VALUE" (VALUE one of a or b), with a status snapshot before
@@ -395,7 +423,7 @@ cmd_status (char **args, GError **err)
  */
 static gboolean
 switch_setting (const char *socket, const char *verb, const char *value,
-                const char *a, const char *b,
+                const char *a, const char *b, bool retry,
                 struct json_object **before, struct json_object **after,
                 GError **err)
 {
@@ -409,12 +437,11 @@ switch_setting (const char *socket, const char *verb, const char *value,
                  "%s must be %s or %s, not '%s'", verb, a, b, value);
     return FALSE;
   }
-  c = ctl_connect (socket, err);
+  c = connect_with_status (socket, retry, before, err);
   if (c == NULL)
     return FALSE;
   req = g_strdup_printf ("%s %s", verb, value);
-  ok = (*before = status_fetch (c, err)) != NULL &&
-    ctl_request (c, req, NULL, err) &&
+  ok = ctl_request (c, req, NULL, err) &&
     (*after = status_fetch (c, err)) != NULL;
   g_free (req);
   ctl_close (c);
@@ -427,7 +454,7 @@ cmd_mode (char **args, GError **err)
   const char *socket = args[1];
   struct json_object *before, *after;
   gboolean ok = switch_setting (socket, "mode", args[0], "writeback",
-                                "writethrough", &before, &after, err);
+                                "writethrough", true, &before, &after, err);
 
   if (ok) {
     uint64_t pending = status_pending_bytes (after);
@@ -468,7 +495,7 @@ cmd_trace (char **args, GError **err)
   const char *socket = args[1];
   struct json_object *before, *after;
   gboolean ok = switch_setting (socket, "trace", args[0], "on", "off",
-                                &before, &after, err);
+                                false, &before, &after, err);
 
   if (ok) {
     if (opt_json) {
@@ -806,13 +833,12 @@ cmd_ups (char **args, GError **err)
   ev = ups_names[i].event;
   want = ev == UPS_ONLINE ? "writeback" : "writethrough";
 
-  c = ctl_connect (socket, err);
+  c = connect_with_status (socket, true, &before, err);
   if (c == NULL)
     return FALSE;
   {
     char *req = g_strdup_printf ("mode %s", want);
-    ok = (before = status_fetch (c, err)) != NULL &&
-      ctl_request (c, req, NULL, err);
+    ok = ctl_request (c, req, NULL, err);
     g_free (req);
   }
   /* Low battery: the power will go, so wait until the dirty data is on

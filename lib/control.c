@@ -389,6 +389,34 @@ rb_control_request (struct rb *rb, const char *line, size_t len)
 }
 
 const char *
+rb_control_reserved_refusal (struct rb_control_reserved *r,
+                             const char *line, size_t len)
+{
+  size_t i = 0, n;
+  bool ok;
+
+  while (i < len && (line[i] == ' ' || line[i] == '\t'))
+    i++;
+  for (n = 0; i + n < len && line[i + n] != ' ' && line[i + n] != '\t'; n++)
+    ;
+#define IS(word) (n == strlen (word) && memcmp (line + i, word, n) == 0)
+  if (IS ("mode"))
+    ok = r->mode_seen = true;
+  else if (IS ("status"))
+    ok = r->mode_seen || r->requests == 0;
+  else if (IS ("sync"))
+    ok = r->mode_seen;
+  else
+    ok = false;
+#undef IS
+  if (!ok)
+    return "ERR EBUSY too many control connections: this one is reserved "
+      "for mode changes\n";
+  r->requests++;
+  return NULL;
+}
+
+const char *
 rb_control_too_long (void)
 {
   return "ERR EINVAL line too long\n";

@@ -189,6 +189,57 @@ test_text_escaping (void)
   g_free (r);
 }
 
+/* What a reserved slot serves (control.h): the requests of "ramback
+ * mode" and "ramback ups", nothing that would settle there.
+ */
+static bool
+reserved_allows (const char *const *lines)
+{
+  struct rb_control_reserved r = { 0 };
+  size_t i;
+
+  for (i = 0; lines[i]; i++)
+    if (rb_control_reserved_refusal (&r, lines[i], strlen (lines[i])))
+      return false;
+  return true;
+}
+
+static void
+test_reserved (void)
+{
+  static const char *const mode[] = {
+    "status json", "mode writethrough", "status json", NULL };
+  static const char *const lowbatt[] = {
+    "status json", "mode writethrough", "status json", "sync 120000",
+    "status json", "status json", NULL };
+  static const char *const bare_mode[] = { " mode\twriteback", "sync", NULL };
+  static const char *const status_once[] = { "status", NULL };
+  static const char *const watch[] = { "status json", "status json", NULL };
+  static const char *const sync[] = { "status json", "sync", NULL };
+  static const char *const sync_first[] = { "sync", NULL };
+  static const char *const trace[] = { "trace on", NULL };
+  static const char *const help[] = { "help", "mode writeback", NULL };
+  static const char *const modeish[] = { "modes writeback", NULL };
+  struct rb_control_reserved r = { 0 };
+  const char *refusal;
+
+  g_assert_true (reserved_allows (mode));
+  g_assert_true (reserved_allows (lowbatt));
+  g_assert_true (reserved_allows (bare_mode));
+  g_assert_true (reserved_allows (status_once));
+  g_assert_false (reserved_allows (watch));
+  g_assert_false (reserved_allows (sync));
+  g_assert_false (reserved_allows (sync_first));
+  g_assert_false (reserved_allows (trace));
+  g_assert_false (reserved_allows (help));
+  g_assert_false (reserved_allows (modeish));
+  refusal = rb_control_reserved_refusal (&r, "wait-populated", 14);
+  g_assert_nonnull (refusal);
+  g_assert_true (g_str_has_prefix (refusal, "ERR EBUSY "));
+  /* One line. */
+  g_assert_true (strchr (refusal, '\n') == refusal + strlen (refusal) - 1);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -211,6 +262,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/control/malformed", test_malformed);
   g_test_add_func ("/control/json", test_json);
   g_test_add_func ("/control/text-escaping", test_text_escaping);
+  g_test_add_func ("/control/reserved", test_reserved);
   r = g_test_run ();
   g_assert_cmpint (rb_close (rb), ==, 0);
   unlink (path);

@@ -1,5 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback plugin: the control socket server (control-server.h). */
+/* ramback plugin: the control socket server (control-server.h).
+ *
+ * One thread per client.  The UPS path must always get through, however
+ * many clients there are, so:
+ *   - 16 ordinary slots serve anything;
+ *   - while they are all taken, a connection gets one of 4 reserved
+ *     slots, which serve only what a mode switch needs
+ *     (rb_control_reserved_refusal): a "status --watch" or a "sync"
+ *     cannot settle there;
+ *   - while the reserved slots are all taken too, the reserved
+ *     connection that has waited longest for its next request is shed
+ *     to make room; only if all of them are executing a request is a
+ *     connection refused (ERR EBUSY; ramback mode/ups retry);
+ *   - a client that sends no complete request for IDLE_TIMEOUT_S after
+ *     its last reply (or its connect) is disconnected; one whose
+ *     request is executing (a long sync) is not idle.  A client that
+ *     does not read its replies is disconnected after as long (a send
+ *     timeout), so it cannot hold a thread either.
+ */
 
 #include <config.h>
 
@@ -14,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nbdkit-plugin.h>
@@ -22,7 +41,9 @@
 #include "control.h"
 #include "control-server.h"
 
-#define MAX_CLIENTS 16
+#define MAX_CLIENTS 16          /* ordinary slots */
+#define RESERVED_CLIENTS 4      /* slots for mode changes only */
+#define IDLE_TIMEOUT_S 30
 
 static int listen_fd = -1;
 static char *sock_path;
@@ -33,12 +54,32 @@ static pthread_t accept_thread;
 static bool accept_running;
 static int wake_pipe[2] = { -1, -1 };   /* tells the accept thread to quit */
 
+struct client {
+  struct client *next;          /* [lock] */
+  int fd;
+  bool reserved;                /* in a reserved slot */
+  bool busy;                    /* [lock] executing a request */
+  bool counted;                 /* [lock] holds its slot (false: shed) */
+  uint64_t idle_since;          /* [lock] ns: last reply, or connect */
+  struct rb_control_reserved rsv;       /* its thread's */
+};
+
 /* Clients [lock]. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_gone = PTHREAD_COND_INITIALIZER;
-static int client_fds[MAX_CLIENTS];
-static int nclients;
+static struct client *clients;  /* every client thread's */
+static unsigned nthreads;       /* client threads still running */
+static unsigned nordinary, nreserved;   /* slots in use */
 static bool stopping;
+
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * UINT64_C (1000000000) + ts.tv_nsec;
+}
 
 /* control=PATH replaces only what is ours to remove: a stream socket of
  * our uid that nobody listens on (connect fails with ECONNREFUSED), left
@@ -214,73 +255,155 @@ write_all (int fd, const char *s, size_t n)
   return 0;
 }
 
+/* The client's thread ends: give back its slot (unless it was shed). */
 static void
-forget_client (int fd)
+forget_client (struct client *c)
 {
-  int i;
+  struct client **p;
 
   pthread_mutex_lock (&lock);
-  for (i = 0; i < nclients; i++)
-    if (client_fds[i] == fd) {
-      client_fds[i] = client_fds[--nclients];
+  for (p = &clients; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
       break;
     }
-  close (fd);
+  if (c->counted) {
+    if (c->reserved)
+      nreserved--;
+    else
+      nordinary--;
+  }
+  nthreads--;
+  close (c->fd);
   pthread_cond_broadcast (&clients_gone);
   pthread_mutex_unlock (&lock);
+  free (c);
 }
 
 /* Read requests line by line; each gets its whole reply before the next
- * is read.  A line over the limit ends the connection.
+ * is read.  A line over the limit, a refused request in a reserved
+ * slot, or IDLE_TIMEOUT_S without a complete request ends the
+ * connection.
  */
 static void *
 client_main (void *arg)
 {
-  int fd = (int) (intptr_t) arg;
+  struct client *c = arg;
   char line[RB_CONTROL_MAX_LINE + 2];
   size_t len = 0;
+  uint64_t idle_since = now_ns ();
+  const uint64_t idle_ns = IDLE_TIMEOUT_S * UINT64_C (1000000000);
 
   for (;;) {
     char *nl;
     ssize_t r;
+    size_t n;
 
     while ((nl = memchr (line, '\n', len)) == NULL) {
+      struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+      uint64_t now = now_ns ();
+
       if (len > RB_CONTROL_MAX_LINE) {
-        write_all (fd, rb_control_too_long (), strlen (rb_control_too_long ()));
+        write_all (c->fd, rb_control_too_long (),
+                   strlen (rb_control_too_long ()));
         goto out;
       }
-      r = recv (fd, line + len, sizeof line - len, 0);
-      if (r == -1 && errno == EINTR)
+      if (now - idle_since >= idle_ns) {
+        nbdkit_debug ("control: closing a connection idle for %d s",
+                      IDLE_TIMEOUT_S);
+        goto out;
+      }
+      r = poll (&pfd, 1, (idle_ns - (now - idle_since)) / 1000000 + 1);
+      if (r == -1 && errno != EINTR)
+        goto out;
+      if (r <= 0)
+        continue;
+      r = recv (c->fd, line + len, sizeof line - len, 0);
+      if (r == -1 && (errno == EINTR || errno == EAGAIN))
         continue;
       if (r <= 0)
         goto out;
       len += r;
     }
+    n = nl - line;
+    if (n > 0 && line[n - 1] == '\r')
+      n--;
+    if (c->reserved) {
+      const char *refusal = rb_control_reserved_refusal (&c->rsv, line, n);
+      if (refusal) {
+        write_all (c->fd, refusal, strlen (refusal));
+        goto out;
+      }
+    }
+    pthread_mutex_lock (&lock);
+    if (!c->counted) {                  /* shed meanwhile */
+      pthread_mutex_unlock (&lock);
+      goto out;
+    }
+    c->busy = true;
+    pthread_mutex_unlock (&lock);
     {
-      size_t n = nl - line;
-      CLEANUP_FREE char *reply = NULL;
-      const char *out;
+      CLEANUP_FREE char *reply = rb_control_request (the_rb, line, n);
+      const char *out = reply ? reply : "ERR ENOMEM out of memory\n";
 
-      if (n > 0 && line[n - 1] == '\r')
-        n--;
-      reply = rb_control_request (the_rb, line, n);
-      out = reply ? reply : "ERR ENOMEM out of memory\n";
-      if (write_all (fd, out, strlen (out)) == -1)
+      if (write_all (c->fd, out, strlen (out)) == -1)
         goto out;
     }
+    idle_since = now_ns ();
+    pthread_mutex_lock (&lock);
+    c->busy = false;
+    c->idle_since = idle_since;
+    pthread_mutex_unlock (&lock);
     len -= nl + 1 - line;
     memmove (line, nl + 1, len);
   }
  out:
-  forget_client (fd);
+  forget_client (c);
   return NULL;
+}
+
+/* Find a slot for a new client [lock]: an ordinary one, else a reserved
+ * one, else the reserved slot of the connection that has waited longest
+ * for its next request (it is shut down; its thread gives up when it
+ * wakes).  False if every slot is executing a request.
+ */
+static bool
+take_slot (bool *reserved)
+{
+  struct client *c, *victim = NULL;
+
+  if (nordinary < MAX_CLIENTS) {
+    nordinary++;
+    *reserved = false;
+    return true;
+  }
+  *reserved = true;
+  if (nreserved < RESERVED_CLIENTS) {
+    nreserved++;
+    return true;
+  }
+  for (c = clients; c; c = c->next)
+    if (c->reserved && c->counted && !c->busy &&
+        (victim == NULL || c->idle_since < victim->idle_since))
+      victim = c;
+  if (victim == NULL)
+    return false;
+  nbdkit_debug ("control: every slot is taken: closing the reserved "
+                "connection that waited longest for a request");
+  victim->counted = false;
+  shutdown (victim->fd, SHUT_RDWR);
+  return true;
 }
 
 static void
 accept_one (void)
 {
+  static const char busy[] = "ERR EBUSY too many control connections\n";
+  struct timeval tv = { .tv_sec = IDLE_TIMEOUT_S };
+  struct client *c;
   pthread_t t;
   pthread_attr_t attr;
+  bool reserved;
   int fd, err;
 
   fd = accept4 (listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -289,24 +412,39 @@ accept_one (void)
       nbdkit_debug ("control: accept: %m (ignored)");
     return;
   }
+  /* A client that does not read its replies cannot hold a thread. */
+  if (setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == -1)
+    nbdkit_debug ("control: SO_SNDTIMEO: %m (ignored)");
+  c = calloc (1, sizeof *c);
   pthread_mutex_lock (&lock);
-  if (stopping || nclients == MAX_CLIENTS) {
+  if (c == NULL || stopping || !take_slot (&reserved)) {
     pthread_mutex_unlock (&lock);
-    write_all (fd, "ERR EBUSY too many control connections\n", 39);
+    if (c)
+      nbdkit_debug ("control: refused a connection: all %d slots and the "
+                    "%d reserved for mode changes are executing requests",
+                    MAX_CLIENTS, RESERVED_CLIENTS);
+    write_all (fd, busy, sizeof busy - 1);
     close (fd);
+    free (c);
     return;
   }
-  client_fds[nclients++] = fd;
+  c->fd = fd;
+  c->reserved = reserved;
+  c->counted = true;
+  c->idle_since = now_ns ();
+  c->next = clients;
+  clients = c;
+  nthreads++;
   pthread_mutex_unlock (&lock);
 
   pthread_attr_init (&attr);
   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-  err = pthread_create (&t, &attr, client_main, (void *) (intptr_t) fd);
+  err = pthread_create (&t, &attr, client_main, c);
   pthread_attr_destroy (&attr);
   if (err) {
     errno = err;
     nbdkit_error ("control: pthread_create: %m");
-    forget_client (fd);
+    forget_client (c);
   }
 }
 
@@ -357,6 +495,7 @@ control_server_start (struct rb *rb)
 void
 control_server_stop (void)
 {
+  struct client *c;
   int i;
 
   if (accept_running) {
@@ -367,9 +506,9 @@ control_server_stop (void)
   }
   pthread_mutex_lock (&lock);
   stopping = true;
-  for (i = 0; i < nclients; i++)
-    shutdown (client_fds[i], SHUT_RDWR);
-  while (nclients > 0)
+  for (c = clients; c; c = c->next)
+    shutdown (c->fd, SHUT_RDWR);
+  while (nthreads > 0)
     pthread_cond_wait (&clients_gone, &lock);
   pthread_mutex_unlock (&lock);
 
