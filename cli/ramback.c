@@ -133,13 +133,12 @@ parse_count (const char *name, const char *value, gpointer data,
   return TRUE;
 }
 
+static gboolean opt_interval_given;
+
 static gboolean
-parse_watch (const char *name, const char *value, gpointer data,
-             GError **err)
+parse_interval (const char *name, const char *value, gpointer data,
+                GError **err)
 {
-  opt_watch = TRUE;
-  if (value == NULL)
-    return TRUE;
   if (!parse_seconds (name, value, &opt_watch_interval, err))
     return FALSE;
   if (opt_watch_interval < 0.05) {
@@ -147,6 +146,7 @@ parse_watch (const char *name, const char *value, gpointer data,
                  "%s: the interval must be at least 0.05 s", name);
     return FALSE;
   }
+  opt_interval_given = TRUE;
   return TRUE;
 }
 
@@ -171,9 +171,10 @@ static const GOptionEntry status_options[] = {
   OPT_JSON,
   { "prometheus", 'p', 0, G_OPTION_ARG_NONE, &opt_prometheus,
     "Print node_exporter textfile metrics", NULL },
-  { "watch", 'w', G_OPTION_FLAG_OPTIONAL_ARG, G_OPTION_ARG_CALLBACK,
-    parse_watch, "Redraw every SECONDS (default 1) until interrupted",
-    "SECONDS" },
+  { "watch", 'w', 0, G_OPTION_ARG_NONE, &opt_watch,
+    "Redraw until interrupted, every --interval", NULL },
+  { "interval", 'i', 0, G_OPTION_ARG_CALLBACK, parse_interval,
+    "With --watch: every SECONDS (default 1)", "SECONDS" },
   { "count", 'c', 0, G_OPTION_ARG_CALLBACK, parse_count,
     "With --watch: stop after N updates", "N" },
   { NULL }
@@ -313,6 +314,24 @@ watch_status (const char *socket, GError **err)
         break;
     }
     st = status_fetch (c, err);
+    /* The plugin closes a connection idle for 30 s (a long --interval):
+     * connect again, once.  If that fails too (nbdkit is gone), the
+     * first error is the one to report.
+     */
+    if (st == NULL && n > 0 &&
+        g_error_matches (*err, RAMBACK_CLI_ERROR, CLI_EXIT_LOST)) {
+      GError *again = NULL;
+      struct ctl *c2 = ctl_connect (socket, &again);
+
+      if (c2 && (st = status_fetch (c2, &again)) != NULL) {
+        g_clear_error (err);
+        ctl_close (c);
+        c = c2;
+      }
+      else
+        ctl_close (c2);
+      g_clear_error (&again);
+    }
     if (st == NULL) {
       if (g_error_matches (*err, RAMBACK_CLI_ERROR, CLI_EXIT_INTERRUPTED)) {
         g_clear_error (err);
@@ -378,9 +397,9 @@ cmd_status (char **args, GError **err)
                  opt_json ? "json" : "watch");
     return FALSE;
   }
-  if (opt_count && !opt_watch) {
+  if ((opt_count || opt_interval_given) && !opt_watch) {
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_USAGE,
-                 "--count needs --watch");
+                 "--%s needs --watch", opt_count ? "count" : "interval");
     return FALSE;
   }
   return opt_watch ? watch_status (args[0], err)
@@ -1021,6 +1040,17 @@ main (int argc, char **argv)
     "denied, 4 connection lost, 5 reply not understood, 6 request\n"
     "failed, 7 timed out.  See ramback(1).");
   g_option_context_add_main_entries (ctx, cmd->options, NULL);
+  /* --watch used to take the period (--watch=SECONDS), which made
+   * "--watch SOCKET" read the socket as a number.  Say where it went.
+   */
+  for (i = 1; cmd->options == status_options && i < (size_t) argc &&
+         strcmp (argv[i], "--") != 0; i++)
+    if (g_str_has_prefix (argv[i], "--watch=")) {
+      usage_error (prefix, "--watch takes no value; give the period with "
+                   "--interval=SECONDS");
+      status = CLI_EXIT_USAGE;
+      goto out;
+    }
   if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
     usage_error (prefix, err->message);
     g_error_free (err);

@@ -16,14 +16,15 @@
 #      and succeeds once the socket listens (needs strace to see the
 #      refused connect).
 #   E. idle clients are disconnected after 30 s; one waiting in sync
-#      (longer than that) is not.
+#      (longer than that) is not; "status --watch --interval=31"
+#      connects again and goes on.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
 expect_err () {
-    grep -Eq "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
+    grep -Eq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
 }
 
 # clients NAME SOCK KIND N: control-clients.py holding N connections in
@@ -58,6 +59,12 @@ stalled () {
 
 # --- A: idle clients everywhere, and E's clients (first, for the clock).
 stalled a
+# E too: a watch whose interval is longer than the idle timeout
+# reconnects when the plugin has closed its connection.
+"$RAMBACK" status --watch --interval=31 --count=2 "$a_ctl" \
+    >"$TMP/watch.out" 2>"$TMP/watch.err" &
+watch_pid=$!
+for (( i=0; i<100; i++ )); do [ -s "$TMP/watch.out" ] && break; sleep 0.1; done
 clients a_sync "$a_ctl" sync 1
 clients a_idle1 "$a_ctl" idle 1
 clients a_idle "$a_ctl" idle 22
@@ -170,6 +177,10 @@ grep -q "^0 eof" "$TMP/a_idle1.events" ||
     fail "E: the client waiting in sync: $(cat "$TMP/a_sync.events")"
 grep -q "control: closing a connection idle for 30 s" "$a_log" ||
     fail "E: no idle message in the log"
+rc=0; wait $watch_pid || rc=$?
+[ "$rc" -eq 0 ] && [ ! -s "$TMP/watch.err" ] ||
+    fail "E: the watch exited $rc: $(cat "$TMP/watch.err")"
+[ "$(wc -l < "$TMP/watch.out")" -eq 2 ] || fail "E: the watch: $(cat "$TMP/watch.out")"
 
 stop_rb a
 stop_rb b

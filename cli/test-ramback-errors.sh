@@ -11,7 +11,7 @@ source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
 expect_err () {
-    grep -Eq "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
+    grep -Eq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
 }
 expect_err_text () {
     grep -Fq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not contain '$1'"
@@ -36,6 +36,13 @@ run_rb 1 status --prometheus --json "$rb_ctl"
 run_rb 1 status --prometheus --watch "$rb_ctl"
 run_rb 1 status --count=3 "$rb_ctl"
 run_rb 1 status --watch=0 "$rb_ctl"
+run_rb 1 status --watch=1 "$rb_ctl"
+expect_err "--watch takes no value; give the period with --interval=SECONDS"
+run_rb 1 status --interval=1 "$rb_ctl"
+expect_err "--interval needs --watch"
+run_rb 1 status --watch --interval=0.01 "$rb_ctl"
+expect_err "at least 0\.05 s"
+run_rb 1 status --watch --interval=+1 "$rb_ctl"
 run_rb 1 mode "$rb_ctl"
 run_rb 1 mode writearound "$rb_ctl"
 expect_err "writeback or writethrough"
