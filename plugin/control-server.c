@@ -54,12 +54,18 @@ static pthread_t accept_thread;
 static bool accept_running;
 static int wake_pipe[2] = { -1, -1 };   /* tells the accept thread to quit */
 
+/* A client and its thread.  The thread is joined (reap_clients, or the
+ * stop) before the struct is freed: a detached thread could still be
+ * running the plugin's code when nbdkit unloads it.
+ */
 struct client {
   struct client *next;          /* [lock] */
-  int fd;
+  pthread_t thread;
+  int fd;                       /* [lock] -1 once closed */
   bool reserved;                /* in a reserved slot */
   bool busy;                    /* [lock] executing a request */
   bool counted;                 /* [lock] holds its slot (false: shed) */
+  bool done;                    /* [lock] its thread is ending */
   uint64_t idle_since;          /* [lock] ns: last reply, or connect */
   struct rb_control_reserved rsv;       /* its thread's */
 };
@@ -67,8 +73,8 @@ struct client {
 /* Clients [lock]. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clients_gone = PTHREAD_COND_INITIALIZER;
-static struct client *clients;  /* every client thread's */
-static unsigned nthreads;       /* client threads still running */
+static struct client *clients;  /* every client not yet joined */
+static unsigned nthreads;       /* client threads not done */
 static unsigned nordinary, nreserved;   /* slots in use */
 static bool stopping;
 
@@ -255,29 +261,52 @@ write_all (int fd, const char *s, size_t n)
   return 0;
 }
 
-/* The client's thread ends: give back its slot (unless it was shed). */
+/* The client's thread ends: give back its slot (unless it was shed)
+ * and close the connection.  The struct stays for reap_clients.
+ */
 static void
 forget_client (struct client *c)
 {
-  struct client **p;
-
   pthread_mutex_lock (&lock);
-  for (p = &clients; *p; p = &(*p)->next)
-    if (*p == c) {
-      *p = c->next;
-      break;
-    }
   if (c->counted) {
     if (c->reserved)
       nreserved--;
     else
       nordinary--;
+    c->counted = false;
   }
-  nthreads--;
   close (c->fd);
+  c->fd = -1;
+  c->done = true;
+  nthreads--;
   pthread_cond_broadcast (&clients_gone);
   pthread_mutex_unlock (&lock);
-  free (c);
+}
+
+/* Join and free the clients whose threads have ended (all = every
+ * client, once none is running).
+ */
+static void
+reap_clients (void)
+{
+  struct client **p, *done = NULL, *c;
+
+  pthread_mutex_lock (&lock);
+  for (p = &clients; *p; )
+    if ((*p)->done) {
+      c = *p;
+      *p = c->next;
+      c->next = done;
+      done = c;
+    }
+    else
+      p = &(*p)->next;
+  pthread_mutex_unlock (&lock);
+  while ((c = done) != NULL) {
+    done = c->next;
+    pthread_join (c->thread, NULL);
+    free (c);
+  }
 }
 
 /* Read requests line by line; each gets its whole reply before the next
@@ -383,7 +412,7 @@ take_slot (bool *reserved)
     return true;
   }
   for (c = clients; c; c = c->next)
-    if (c->reserved && c->counted && !c->busy &&
+    if (c->reserved && c->counted && !c->busy && !c->done &&
         (victim == NULL || c->idle_since < victim->idle_since))
       victim = c;
   if (victim == NULL)
@@ -400,12 +429,11 @@ accept_one (void)
 {
   static const char busy[] = "ERR EBUSY too many control connections\n";
   struct timeval tv = { .tv_sec = IDLE_TIMEOUT_S };
-  struct client *c;
-  pthread_t t;
-  pthread_attr_t attr;
+  struct client *c, **p;
   bool reserved;
   int fd, err;
 
+  reap_clients ();
   fd = accept4 (listen_fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd == -1) {
     if (errno != EINTR && errno != EAGAIN)
@@ -418,8 +446,10 @@ accept_one (void)
   c = calloc (1, sizeof *c);
   pthread_mutex_lock (&lock);
   if (c == NULL || stopping || !take_slot (&reserved)) {
+    bool full = c && !stopping;
+
     pthread_mutex_unlock (&lock);
-    if (c)
+    if (full)
       nbdkit_debug ("control: refused a connection: all %d slots and the "
                     "%d reserved for mode changes are executing requests",
                     MAX_CLIENTS, RESERVED_CLIENTS);
@@ -435,16 +465,25 @@ accept_one (void)
   c->next = clients;
   clients = c;
   nthreads++;
-  pthread_mutex_unlock (&lock);
 
-  pthread_attr_init (&attr);
-  pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-  err = pthread_create (&t, &attr, client_main, c);
-  pthread_attr_destroy (&attr);
+  /* Under the lock: c->thread is set before anyone may join it. */
+  err = pthread_create (&c->thread, NULL, client_main, c);
+  if (err) {
+    for (p = &clients; *p != c; p = &(*p)->next)
+      ;
+    *p = c->next;
+    if (reserved)
+      nreserved--;
+    else
+      nordinary--;
+    nthreads--;
+  }
+  pthread_mutex_unlock (&lock);
   if (err) {
     errno = err;
     nbdkit_error ("control: pthread_create: %m");
-    forget_client (c);
+    close (fd);
+    free (c);
   }
 }
 
@@ -507,10 +546,12 @@ control_server_stop (void)
   pthread_mutex_lock (&lock);
   stopping = true;
   for (c = clients; c; c = c->next)
-    shutdown (c->fd, SHUT_RDWR);
+    if (c->fd >= 0)
+      shutdown (c->fd, SHUT_RDWR);
   while (nthreads > 0)
     pthread_cond_wait (&clients_gone, &lock);
   pthread_mutex_unlock (&lock);
+  reap_clients ();              /* every thread has ended: join them all */
 
   if (listen_fd >= 0) {
     close (listen_fd);
