@@ -110,9 +110,19 @@ rb_open (const struct rb_config *config)
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);
   rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
 
-  if (ramimage_open (&rb->ram, rb->size, rb->cfg.ram,
-                     rb->cfg.allow_overcommit) == -1)
-    goto fail;
+  {
+    /* The store is open (and locked): ram= is checked against it. */
+    struct ramimage_params rp = {
+      .size = rb->size,
+      .chunk_size = rb->chunk_size,
+      .path = rb->cfg.ram,
+      .overcommit = rb->cfg.allow_overcommit,
+      .back_uri = rb->cfg.store.uri,
+      .back_id = rb->store->id,
+    };
+    if (ramimage_open (&rb->ram, &rp) == -1)
+      goto fail;
+  }
   if (chunkmap_init (&rb->map, rb->nchunks) == -1) {
     rb_set_error (errno, "cannot allocate the chunk map for %" PRIu64
                   " chunks (use a larger chunk=)", rb->nchunks);
@@ -186,7 +196,8 @@ rb_close (struct rb *rb)
 
   if (rb->map.words)
     chunkmap_free (&rb->map);
-  ramimage_close (&rb->ram);
+  /* A ram= file is removed only if everything reached the store. */
+  ramimage_close (&rb->ram, r == 0);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);

@@ -11,6 +11,10 @@ core_tests = \
 	test-fio.sh \
 	test-sigterm-drain.sh \
 	test-error-backing.sh \
+	test-ram-file.sh \
+	test-ram-tmpfs-full.sh \
+	test-ram-hugetlbfs.sh \
+	test-lock.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \
