@@ -187,9 +187,13 @@ rc=0; wait $watch_pid || rc=$?
 stop_rb a
 stop_rb b
 stop_rb c
-# The waiting syncs were answered by the final drain.
+# The waiting syncs were answered by the final drain, each before its
+# connection was closed.
 for (( i=0; i<100; i++ )); do
-    grep -q "^0 reply OK" "$TMP/a_sync.events" && break
+    grep -q "^0 eof" "$TMP/a_sync.events" &&
+        [ "$(grep -c " eof$" "$TMP/b_sync.events")" -eq 16 ] && break
     sleep 0.1
 done
 grep -q "^0 reply OK" "$TMP/a_sync.events" || fail "A's sync: $(cat "$TMP/a_sync.events")"
+[ "$(grep -c " reply OK$" "$TMP/b_sync.events")" -eq 16 ] ||
+    fail "B's syncs: $(cat "$TMP/b_sync.events")"

@@ -543,11 +543,15 @@ control_server_stop (void)
     pthread_join (accept_thread, NULL);
     accept_running = false;
   }
+  /* Only reading is shut down: a request still executing (a sync the
+   * final drain has just answered) gets its reply; then its thread, like
+   * an idle one at once, reads end-of-file and ends.
+   */
   pthread_mutex_lock (&lock);
   stopping = true;
   for (c = clients; c; c = c->next)
     if (c->fd >= 0)
-      shutdown (c->fd, SHUT_RDWR);
+      shutdown (c->fd, SHUT_RD);
   while (nthreads > 0)
     pthread_cond_wait (&clients_gone, &lock);
   pthread_mutex_unlock (&lock);
