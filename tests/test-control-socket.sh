@@ -179,20 +179,23 @@ socket.socket (socket.AF_UNIX).connect (sys.argv[1])' "$d/root.ctl" ||
 t_stale () {
     # A stale socket of ours is replaced, and removed at stop.  (Not
     # start_rb: that chooses the control path and clears it first.)
-    local pid i
+    local job pid i
     mksock stale "$TMP/stale.ctl"
-    rm -f "$TMP/st.sock"
-    run_nbdkit -f -U "$TMP/st.sock" "$PLUGIN" back="$TMP/back.img" \
-        control="$TMP/stale.ctl" >"$TMP/st.log" 2>&1 &
-    pid=$!
-    cleanup_fn _kill_if_running $pid
+    rm -f "$TMP/st.sock" "$TMP/st.pid"
+    run_nbdkit -f -U "$TMP/st.sock" -P "$TMP/st.pid" "$PLUGIN" \
+        back="$TMP/back.img" control="$TMP/stale.ctl" >"$TMP/st.log" 2>&1 &
+    job=$!
     for (( i=0; i<300; i++ )); do
-        [ -S "$TMP/st.sock" ] && break
-        kill -0 $pid 2>/dev/null || { cat "$TMP/st.log"; fail "nbdkit exited"; }
+        [ -S "$TMP/st.sock" ] && [ -s "$TMP/st.pid" ] && break
+        kill -0 $job 2>/dev/null || { cat "$TMP/st.log"; fail "nbdkit exited"; }
         sleep 0.1
     done
+    pid=$(cat "$TMP/st.pid")
+    cleanup_fn _kill_if_running "$pid"
+    eval "_log_of_$pid=\$TMP/st.log"       # for stop_nbdkit
     ctl "$TMP/stale.ctl" status >/dev/null || fail "not serving on the replaced socket"
-    stop_nbdkit $pid || fail "nbdkit did not stop"
+    stop_nbdkit "$pid" || fail "nbdkit did not stop"
+    wait $job || true
     [ ! -e "$TMP/stale.ctl" ] || fail "our socket was not removed at stop"
 }
 t_stop () {
