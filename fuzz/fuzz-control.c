@@ -97,19 +97,15 @@ enum req {
   R_WAIT, R_WAIT_MS, R_TRACE_ON, R_TRACE_OFF, R_HELP,
 };
 
-/* TIMEOUT-MS: a decimal number of milliseconds that fits an int.  (An
- * explicit sign is accepted, as strtol does, as long as the value is
- * not negative: "+5", "-0".)
+/* TIMEOUT-MS: decimal digits that fit an int, without sign or leading
+ * zero ("0" itself is fine): "+5", "-0", "05", "0x5" are errors.
  */
 static bool
 is_timeout (const char *w)
 {
   uint64_t v = 0;
-  bool neg = false;
 
-  if (*w == '+' || *w == '-')
-    neg = *w++ == '-';
-  if (*w == '\0')
+  if (*w == '\0' || (w[0] == '0' && w[1] != '\0'))
     return false;
   for (; *w; w++) {
     if (*w < '0' || *w > '9')
@@ -118,15 +114,17 @@ is_timeout (const char *w)
     if (v > INT_MAX)
       return false;
   }
-  return !neg || v == 0;
+  return true;
 }
 
 static enum req
-classify (const char *line)
+classify (const char *line, size_t linelen)
 {
   char buf[RB_CONTROL_MAX_LINE + 2], *w[3], *p;
   int n = 0;
 
+  if (memchr (line, '\0', linelen) != NULL)    /* a NUL anywhere */
+    return R_INVALID;
   for (p = (char *) line; *p; p++)
     if ((*p < 0x20 || *p > 0x7e) && *p != '\t')
       return R_INVALID;
@@ -180,9 +178,9 @@ starts (const char *s, const char *prefix)
 }
 
 static void
-check_reply (const char *line, const char *reply)
+check_reply (const char *line, size_t linelen, const char *reply)
 {
-  enum req want = classify (line);
+  enum req want = classify (line, linelen);
   const char *p, *last = reply;
   size_t len, ndata = 0;
   struct rb_stats st;
@@ -252,7 +250,7 @@ fuzz_one (const uint8_t *data, size_t size)
 
   while (start < size) {
     const uint8_t *nl = memchr (data + start, '\n', size - start);
-    size_t len = nl ? (size_t) (nl - (data + start)) : size - start;
+    size_t len = nl ? (size_t) (nl - (data + start)) : size - start, n;
     char *reply;
 
     if (len > RB_CONTROL_MAX_LINE) {
@@ -263,12 +261,13 @@ fuzz_one (const uint8_t *data, size_t size)
     }
     memcpy (line, data + start, len);
     line[len] = '\0';
-    if (len > 0 && line[len - 1] == '\r')
-      line[len - 1] = '\0';
-    reply = rb_control_request (rb, line);
+    n = len;
+    if (n > 0 && line[n - 1] == '\r')
+      line[--n] = '\0';
+    reply = rb_control_request (rb, line, n);
     if (fuzz_verbose)
       fprintf (stderr, "> %s\n%s", line, reply ? reply : "(null)\n");
-    check_reply (line, reply);
+    check_reply (line, n, reply);
     free (reply);
     start += len + 1;
   }

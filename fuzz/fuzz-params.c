@@ -89,6 +89,7 @@ static const struct param {
   { "tls-verify", K_BOOL },
   { "connections", K_INT, 1, 64 },
   { "inflight", K_INT, 1, 1024 },
+  { "request-timeout", K_INT, 0, 86400 },
 };
 
 static const struct param *
@@ -136,6 +137,7 @@ field_num (const char *key)
   if (strcmp (key, "tls-verify") == 0) return c->store.tls_verify_peer;
   if (strcmp (key, "connections") == 0) return c->store.connections;
   if (strcmp (key, "inflight") == 0) return c->store.max_inflight;
+  if (strcmp (key, "request-timeout") == 0) return c->store.request_timeout;
   abort ();
 }
 
@@ -348,8 +350,13 @@ fuzz_one (const uint8_t *data, size_t size)
 
   if (ok) {
     const char *uri = ramback_params.store.uri;
+    const struct rb_store_params *sp = &ramback_params.store;
+    bool nbd_only = sp->tls_certificates || sp->tls_psk_file ||
+      sp->tls_username || sp->tls_verify_peer != -1 || sp->connections ||
+      sp->max_inflight || sp->request_timeout;
     bool want = uri != NULL &&
-      !(ramback_params.size && strstr (uri, "://"));
+      !(ramback_params.size && strstr (uri, "://")) &&
+      !(nbd_only && !rb_store_is_nbd_uri (uri));
     int r;
 
     shim_errors = 0;
