@@ -20,6 +20,9 @@ packages=(
     # build (the headers of the guest's kernel, Debian's cloud kernel)
     qemu-system-x86 busybox-static nbd-client cpio binutils
     linux-headers-cloud-amd64
+    # Debian packages: build, lint, install and test them
+    # (scripts/check-packages.sh); dkms is what ramback-dkms depends on
+    dpkg-dev debhelper dh-dkms dkms lintian man-db systemd
 )
 
 missing=()
