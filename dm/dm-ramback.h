@@ -27,6 +27,12 @@
  * Nothing holds a range across anything but its own backing I/O, and
  * map() never waits on backing I/O (a bio submitted from map() is only
  * queued, on current->bio_list, until map() returns).
+ *
+ * Data that cannot be written back is never dropped (rbk-bg.c,
+ * rbk_drain): an interrupted suspend leaves it in RAM with the device
+ * suspended; a table of the same geometry loaded over it takes the RAM
+ * image over (rbk-target.c, rbk_take_over); an interrupted remove leaves
+ * it to an orphan that writes it back when the backing device works.
  */
 
 #ifndef DM_RAMBACK_H
@@ -68,8 +74,14 @@ struct rbk_run {
 };
 
 struct rbk {
-	struct dm_target *ti;
-	struct dm_dev *dev;		/* backing device */
+	struct dm_target *ti;		/* NULL once orphaned */
+	struct dm_dev *dev;		/* backing device; NULL once orphaned */
+	struct block_device *bdev;	/* where backing I/O goes: dev's, or
+					 * an orphan's own reference */
+	fmode_t bdev_mode;		/* how an orphan opened bdev */
+	struct mapped_device *md;	/* the device of ti's table */
+	struct list_head list;		/* rbk_registry (rbk-target.c) */
+	char name[16];			/* md's "major:minor", for messages */
 	u64 size;			/* bytes */
 	unsigned int chunk_shift;	/* log2 of the chunk size in bytes */
 	u64 nchunks;
@@ -84,7 +96,14 @@ struct rbk {
 	int mode;			/* enum rbk_mode; READ/WRITE_ONCE */
 	bool populate;			/* background populate wanted; ONCE */
 	bool populated;			/* all loaded; acquire/release */
-	bool suspended;			/* ONCE */
+	bool suspended;			/* written [lock]; read ONCE */
+	bool populating;		/* a populate run is under way [lock] */
+	bool resumed;			/* resumed at least once [registry] */
+	bool handed_over;		/* a successor took the RAM image
+					 * [registry] */
+	bool orphan;			/* removed with dirty data; the flusher
+					 * owns everything now; ONCE */
+	bool sweep_failed;		/* the last sweep failed [lock] */
 
 	struct workqueue_struct *wq;	/* deferred (slow path) bios */
 	struct bio_set bs;
@@ -92,6 +111,7 @@ struct rbk {
 	struct task_struct *flusher, *populator;
 	wait_queue_head_t flusher_wait;	/* dirty data, a sync request, stop */
 	wait_queue_head_t populator_wait; /* populate may run again, stop */
+	wait_queue_head_t populator_idle; /* a populate run ended */
 	wait_queue_head_t sync_wait;	/* a sweep finished */
 
 	/*
@@ -142,7 +162,7 @@ static inline u64 rbk_chunks_bytes(const struct rbk *rbk, u64 c, u64 n)
 
 static inline const char *rbk_name(const struct rbk *rbk)
 {
-	return dm_table_device_name(rbk->ti->table);
+	return rbk->name;
 }
 
 /*
@@ -187,6 +207,9 @@ void rbk_stop_threads(struct rbk *rbk);
 void rbk_kick_flusher(struct rbk *rbk);
 void rbk_kick_populator(struct rbk *rbk);
 int rbk_sync(struct rbk *rbk, bool killable);
-void rbk_drain(struct rbk *rbk);
+int rbk_drain(struct rbk *rbk);
+bool rbk_stuck(struct rbk *rbk);
+void rbk_populator_wait_idle(struct rbk *rbk);
+void rbk_free(struct rbk *rbk);
 
 #endif /* DM_RAMBACK_H */

@@ -12,7 +12,8 @@
  *   rb_cond            a wait queue; a waiter queues itself (exclusive)
  *                      before it drops the mutex, so a signal or
  *                      broadcast sent under the mutex cannot be missed
- *   rb_atomic_*        kernel atomics, sequentially consistent (below)
+ *   rb_atomic_*        kernel atomics, sequentially consistent (below),
+ *                      and rb_atomic_fence(), a full barrier
  *   rb_now_ns, rb_deadline_ms, rb_phys_mem   clocks and memory size
  *
  * Not supplied: threads and timed condition waits.  The kernel target
@@ -195,5 +196,14 @@ static inline uint64_t rb_phys_mem(void)
 		smp_mb__after_atomic();					\
 	__rb_ok;							\
 })
+
+/*
+ * A full memory barrier, like __atomic_thread_fence (__ATOMIC_SEQ_CST):
+ * every load and store before it, plain or atomic, is ordered before
+ * every load and store after it.  For a plain store that must be
+ * visible before a later rb_atomic_load() (the store-buffering pattern,
+ * which seq_cst atomics alone do not order against plain accesses).
+ */
+#define rb_atomic_fence() smp_mb()
 
 #endif /* RAMBACK_ENV_KERNEL_H */

@@ -3,9 +3,11 @@
 #
 # PID 1 of the dm-ramback test guest (dm/test-dm.sh builds the initramfs
 # and checks the result).  Disks: /dev/vda is the backing device (the
-# host's back.img), /dev/vdb the read-only pattern source.  The host's
-# /ramback/test.conf gives the write lists and the sha256 of every region
-# and device image the host's model expects.
+# host's back.img), /dev/vdb the read-only pattern source, /dev/vdc a
+# scratch disk whose regions of $SECTORS the scratch-disk phases use, one
+# each, so that they do not depend on the main chain or on each other.
+# The host's /ramback/test.conf gives the write lists and the sha256 of
+# every region and device image the host's model expects.
 #
 # Serial console protocol (as qemu-guest/):
 #   RAMBACK-MARK: <phase> <uptime>   progress
@@ -112,6 +114,185 @@ check_full () {   # dev sha what
 
 table () { echo "0 $SECTORS ramback $BACK $*"; }
 
+# ---- helpers of the scratch-disk phases -----------------------------------
+# Wait up to $1 seconds for a command to succeed (a state, never a time).
+wait_until () {
+  local t=$1 i=0
+  shift
+  until "$@"; do
+    i=$((i + 1))
+    [ $i -le $((t * 10)) ] || return 1
+    usleep 100000
+  done
+}
+# Kernel log lines matching $1; has the count grown past $2?
+log_count () { dmesg | grep -c "$1"; }
+log_grew () { [ "$(log_count "$1")" -gt "$2" ]; }
+is_suspended () { dmsetup info "$1" 2>/dev/null | grep -q 'State: *SUSPENDED'; }
+# Has process $1 (a child) exited?  A zombie counts: it is not reaped yet.
+has_exited () {
+  [ ! -e "/proc/$1/stat" ] || [ "$(cut -d' ' -f3 "/proc/$1/stat")" = Z ]
+}
+# A dm-linear table over scratch region $1.
+scratch () { echo "0 $SECTORS linear /dev/vdc $(($1 * SECTORS))"; }
+# Switch dm device $1 to the error target, or back to scratch region $2.
+backing_dies () {
+  dmsetup suspend "$1" && dmsetup reload "$1" --table "0 $SECTORS error" &&
+    dmsetup resume "$1"
+}
+backing_returns () {
+  dmsetup suspend "$1" && dmsetup reload "$1" --table "$(scratch "$2")" &&
+    dmsetup resume "$1"
+}
+# Run "dmsetup $1 rb" while write back fails, wait until it is stuck in its
+# drain, SIGKILL it and wait (bounded) for it to end.
+STUCK_MSG='cannot be written back'
+kill_stuck () {
+  local n pid
+  n=$(log_count "$STUCK_MSG")
+  dmsetup "$1" rb &
+  pid=$!
+  wait_until 60 log_grew "$STUCK_MSG" "$n" ||
+    fail "$1: no write back failure reported within 60 s"
+  [ "$1" = remove ] || is_suspended rb || fail "$1: rb is not suspended while it drains"
+  kill -9 $pid
+  wait_until 60 has_exited $pid ||
+    fail "dmsetup $1 still runs 60 s after SIGKILL (uninterruptible wait)"
+  wait $pid 2>/dev/null
+  echo "dmsetup $1 ended by SIGKILL; status: $(dmsetup status rb 2>&1)"
+}
+
+# ---- suspend waits for the populator's read in flight ---------------------
+# Reads of scratch region 0 take 3 s (dm-delay), so populate's first run
+# is still held there when suspend starts.  When suspend returns nothing
+# may be in flight: dm-delay's status counts the reads it holds.
+populate_suspend () {
+  phase populate-suspend
+  dmsetup create slowc --table "0 $SECTORS delay /dev/vdc 0 3000" ||
+    fail "create slowc"
+  dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/slowc" ||
+    fail "create rb (populate-suspend)"
+  wait_until 60 eval '[ "$(dmsetup status slowc | cut -d" " -f4)" -gt 0 ]' ||
+    fail "populate read nothing within 60 s"
+  dmsetup suspend rb || fail "suspend while populating"
+  held=$(dmsetup status slowc | cut -d' ' -f4)
+  [ "$held" = 0 ] || fail "suspend returned with $held populate read(s) in flight"
+  loaded=$(st rb $F_LOADED)
+  dmsetup resume rb || fail "resume (populate-suspend)"
+  echo "suspended with $loaded chunks loaded, no read in flight"
+  dmsetup remove rb || fail "remove (populate-suspend)"
+  dmsetup remove slowc || fail "remove slowc"
+}
+
+# ---- the backing device dies with dirty data in RAM -----------------------
+# Suspend retries write back until the backing device works; SIGKILL ends
+# the wait.  The device is left suspended, the data stays in RAM; resume
+# makes it usable, and once the backing device is back a remove writes
+# everything back.
+stuck_suspend () {
+  phase stuck-suspend
+  dmsetup create bk --table "$(scratch 1)" || fail "create bk (region 1)"
+  dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" ||
+    fail "create rb (stuck-suspend)"
+  wait_st rb $F_POPULATE populated 300
+  apply $RB "$WR_S1" || fail "writes S1"
+  dmsetup message rb 0 flush || fail "flush before the backing device dies"
+  backing_dies bk || fail "switch bk to the error target"
+  apply $RB "$WR_S2" || fail "writes S2 (RAM only)"
+  kill_stuck suspend
+  is_suspended rb || fail "rb is not suspended after the interrupted suspend"
+  [ "$(st rb $F_ERROR)" = -5 ] || fail "error is '$(st rb $F_ERROR)', not -5 (EIO)"
+  [ "$(st rb $F_DIRTY)" -gt 0 ] || fail "the interrupted suspend dropped the dirty data"
+  dmsetup resume rb || fail "resume after the interrupted suspend"
+  check $RB "$REG_S12" "RAM after the interrupted suspend"
+  apply $RB "$WR_S3" || fail "writes S3 (after the interrupted suspend)"
+  check $RB "$REG_S3" "writes after the interrupted suspend"
+  backing_returns bk 1 || fail "restore bk"
+  dmsetup remove rb || fail "remove after the backing device returned"
+  check_full /dev/mapper/bk "$FULL_S" "backing device after the interrupted suspend"
+  dmsetup remove bk || fail "remove bk"
+}
+
+# Remove cannot fail once it has begun (dm destroys the device whatever a
+# target does), so an interrupted remove leaves the dirty data in RAM,
+# held by the module, and writes it back when the backing device works.
+ORPHAN_MSG='left in RAM by remove are written back'
+stuck_remove () {
+  phase stuck-remove
+  dmsetup create bk --table "$(scratch 2)" || fail "create bk (region 2)"
+  dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk 8 1 nopopulate" ||
+    fail "create rb (stuck-remove)"
+  apply $RB "$WR_T1" || fail "writes T1"
+  dmsetup message rb 0 flush || fail "flush before the backing device dies"
+  backing_dies bk || fail "switch bk to the error target"
+  apply $RB "$WR_T2" || fail "writes T2 (RAM only)"
+  kill_stuck remove
+  dmsetup info rb >/dev/null 2>&1 && fail "rb still exists after its remove"
+  if rmmod dm_ramback 2>/dev/null; then
+    fail "dm_ramback unloaded while it holds data not written back"
+  fi
+  if dmsetup remove bk 2>/dev/null; then
+    fail "bk was removed while data for it is still in RAM"
+  fi
+  if dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" 2>/dev/null; then
+    fail "a new table took bk while data for it is still in RAM"
+  fi
+  n=$(log_count "$ORPHAN_MSG")
+  backing_returns bk 2 || fail "restore bk"
+  wait_until 60 log_grew "$ORPHAN_MSG" "$n" ||
+    fail "the data left by the interrupted remove was not written back within 60 s"
+  check_full /dev/mapper/bk "$FULL_T" "backing device after the interrupted remove"
+  dmsetup remove bk || fail "remove bk"
+}
+
+# The backing device is lost: a table of the same length and chunk size
+# on another device takes the RAM image over, and every loaded chunk is
+# written there.  Region 3 dies; region 4 (other random data) takes over.
+stuck_reload () {
+  phase stuck-reload
+  dmsetup create bk --table "$(scratch 3)" || fail "create bk (region 3)"
+  dmsetup create bk2 --table "$(scratch 4)" || fail "create bk2 (region 4)"
+  dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" ||
+    fail "create rb (stuck-reload)"
+  wait_st rb $F_POPULATE populated 300
+  apply $RB "$WR_U1" || fail "writes U1"
+  dmsetup message rb 0 flush || fail "flush before the backing device dies"
+  backing_dies bk || fail "switch bk to the error target"
+  apply $RB "$WR_U2" || fail "writes U2 (RAM only)"
+  kill_stuck suspend
+  if dmsetup reload rb --table "0 $SECTORS ramback /dev/mapper/bk2 64" 2>/dev/null; then
+    fail "a table with another chunk size was loaded over data it cannot take"
+  fi
+  if dmsetup reload rb --table "0 $((SECTORS - 64)) ramback /dev/mapper/bk2" 2>/dev/null; then
+    fail "a shorter table was loaded over data it cannot take"
+  fi
+  dmsetup reload rb --table "0 $SECTORS ramback /dev/mapper/bk2" ||
+    fail "reload onto another backing device"
+  dmsetup resume rb || fail "resume onto another backing device"
+  dmsetup message rb 0 flush || fail "flush to the new backing device"
+  [ "$(st rb $F_ERROR)" = 0 ] || fail "the new table reports error $(st rb $F_ERROR)"
+  check_full $RB "$FULL_U" "RAM after moving to another backing device"
+  check_full /dev/mapper/bk2 "$FULL_U" "the new backing device"
+  dmsetup remove rb || fail "remove (stuck-reload)"
+  dmsetup remove bk || fail "remove bk"
+  dmsetup remove bk2 || fail "remove bk2"
+}
+SCRATCH_PHASES="populate_suspend stuck_suspend stuck_remove stuck_reload"
+
+# ---- the module unloads cleanly, the verdict --------------------------------
+finish () {
+  phase unload
+  rmmod dm_ramback || fail "rmmod dm_ramback"
+  if dmesg | grep -E 'BUG|WARNING|Oops|Call Trace|general protection|hung_task'; then
+    fail "kernel complained (see dmesg above)"
+  fi
+  phase done
+  sync
+  echo "RAMBACK-RESULT: PASS"
+  poweroff -f
+  sleep 10
+}
+
 # ---- bad tables are refused -------------------------------------------
 phase reject
 for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk"; do
@@ -123,6 +304,16 @@ if dmsetup create bad --table "0 $((SECTORS + 8)) ramback $BACK" 2>/dev/null; th
   fail "a target larger than its backing device was accepted"
 fi
 dmsetup info bad >/dev/null 2>&1 && fail "a refused table left a device behind"
+
+if [ -n "$ONLY" ]; then
+  for p in $ONLY; do
+    case " $SCRATCH_PHASES " in
+      *" $p "*) "$p" ;;
+      *) fail "RAMBACK_DM_ONLY: '$p' is not one of: $SCRATCH_PHASES" ;;
+    esac
+  done
+  finish
+fi
 
 # ---- A: demand loads and writes to unloaded chunks -----------------------
 phase demand
@@ -294,14 +485,5 @@ dmsetup remove rb || fail "remove while populating (R4)"
 check_full $BACK "$FULL_R4" "backing device after remove while populating"
 dmsetup remove slow || fail "remove delay"
 
-# ---- the module unloads cleanly ---------------------------------------------
-phase unload
-rmmod dm_ramback || fail "rmmod dm_ramback"
-if dmesg | grep -E 'BUG|WARNING|Oops|Call Trace|general protection|hung_task'; then
-  fail "kernel complained (see dmesg above)"
-fi
-phase done
-sync
-echo "RAMBACK-RESULT: PASS"
-poweroff -f
-sleep 10
+for p in $SCRATCH_PHASES; do "$p"; done
+finish

@@ -21,7 +21,11 @@
  * Every sweep covers the sync tickets issued before it began, which is
  * how rbk_sync() (the "flush" message, suspend, remove) knows that all
  * it asked for is on stable storage.  After a failure the flusher backs
- * off (50 ms, doubling to 5 s) and sweeps again; data stays in RAM.
+ * off (50 ms, doubling to 5 s) and sweeps again; data stays in RAM.  It
+ * keeps doing so while the target is suspended if suspend could not
+ * write everything back (rbk_drain), and after an interrupted remove it
+ * is all that is left of the target (rbk_orphan in rbk-target.c): once
+ * a sweep succeeds it frees the RAM image and exits.
  *
  * Populator.  From the first resume it loads EMPTY chunks upwards in
  * runs of up to RBK_RUN_BYTES, each under a LOAD range and rechecked
@@ -29,9 +33,12 @@
  * or written on demand) is never overwritten: the populate race.  It
  * pauses while suspended, in writethrough mode (the backing device's
  * bandwidth then goes to draining dirty data) and after "nopopulate";
- * demand loads go on regardless.
+ * demand loads go on regardless.  A run in flight when suspend begins
+ * is waited for (rbk_populator_wait_idle): a suspended target reads
+ * nothing from the backing device.
  */
 
+#include <linux/module.h>
 #include <linux/sched.h>
 
 #include "dm-ramback.h"
@@ -117,7 +124,7 @@ static int rbk_store_batch(struct rbk *rbk, size_t k)
 			any_ok = true;
 	}
 
-	ferr = any_ok ? blkdev_issue_flush(rbk->dev->bdev) : 0;
+	ferr = any_ok ? blkdev_issue_flush(rbk->bdev) : 0;
 	if (ferr)
 		rbk_record_error(rbk, ferr, "backing device flush", 0, 0);
 
@@ -171,7 +178,17 @@ static bool rbk_flusher_has_work(struct rbk *rbk)
 	done = rbk->sync_done;
 	failed = rbk->sync_failed;
 	spin_unlock(&rbk->lock);
-	return chunkmap_dirty(&rbk->map) > 0 || req > max(done, failed);
+	return chunkmap_dirty(&rbk->map) > 0 || req > max(done, failed) ||
+	       READ_ONCE(rbk->orphan);
+}
+
+/* An orphan's data is all written back: free everything, drop the module. */
+static void __noreturn rbk_orphan_done(struct rbk *rbk)
+{
+	DMINFO("%s: the dirty chunks left in RAM by remove are written back to %pg; RAM freed",
+	       rbk_name(rbk), rbk->bdev);
+	rbk_free(rbk);
+	module_put_and_kthread_exit(0);
 }
 
 static int rbk_flusher(void *arg)
@@ -200,8 +217,13 @@ static int rbk_flusher(void *arg)
 			rbk->sync_done = max(rbk->sync_done, ticket);
 		else
 			rbk->sync_failed = max(rbk->sync_failed, ticket);
+		rbk->sweep_failed = err != 0;
 		spin_unlock(&rbk->lock);
 		wake_up_all(&rbk->sync_wait);
+
+		/* Nothing writes to an orphan: a good sweep leaves it clean. */
+		if (!err && READ_ONCE(rbk->orphan) && !chunkmap_dirty(&rbk->map))
+			rbk_orphan_done(rbk);
 
 		if (err) {
 			wait_event_idle_timeout(rbk->flusher_wait,
@@ -212,6 +234,11 @@ static int rbk_flusher(void *arg)
 			backoff = RBK_BACKOFF_MIN_MS;
 		}
 	}
+	/* Stopped: no sweep will answer the tickets still waiting. */
+	spin_lock(&rbk->lock);
+	rbk->sync_failed = rbk->sync_requested;
+	spin_unlock(&rbk->lock);
+	wake_up_all(&rbk->sync_wait);
 	return 0;
 }
 
@@ -255,15 +282,45 @@ int rbk_sync(struct rbk *rbk, bool killable)
 
 /*
  * Write back everything (suspend, remove).  No application I/O is in
- * flight, so a successful sweep leaves nothing dirty.  A failing backing
- * device is retried until it works: dropping the data instead would
- * lose acknowledged writes, which is what ramback exists to prevent.
+ * flight, so a successful sweep leaves nothing dirty.  While the backing
+ * device fails, each sweep (after the flusher's back-off) is retried
+ * until one works or the caller is killed.  Dropping the data instead
+ * would lose acknowledged writes, which is what ramback exists to
+ * prevent; waiting uninterruptibly would leave the caller (dmsetup) in D
+ * state for as long as the device stays dead, with no way out.  A kernel
+ * thread (a deferred remove) cannot be killed, so it stops after one
+ * failed sweep.  Returns 0, or -EINTR or -EIO with the data still dirty
+ * in RAM, for the caller to keep (see rbk-target.c).
  */
-void rbk_drain(struct rbk *rbk)
+int rbk_drain(struct rbk *rbk)
 {
-	while (rbk_sync(rbk, false) || chunkmap_dirty(&rbk->map))
-		DMERR_LIMIT("%s: %llu dirty chunks cannot be written back yet; retrying",
-			    rbk_name(rbk), chunkmap_dirty(&rbk->map));
+	int r;
+
+	for (;;) {
+		r = rbk_sync(rbk, true);
+		if (r == -EINTR)
+			return r;
+		if (!r && !chunkmap_dirty(&rbk->map))
+			return 0;
+		if (r) {
+			DMERR_LIMIT("%s: %llu dirty chunks cannot be written back to %pg (error %d); retrying until it works or this is interrupted (the data stays in RAM)",
+				    rbk_name(rbk), chunkmap_dirty(&rbk->map),
+				    rbk->bdev, READ_ONCE(rbk->error));
+			if (current->flags & PF_KTHREAD)
+				return r;
+		}
+	}
+}
+
+/* Holds dirty data that its last attempt failed to write back. */
+bool rbk_stuck(struct rbk *rbk)
+{
+	bool failed;
+
+	spin_lock(&rbk->lock);
+	failed = rbk->sweep_failed;
+	spin_unlock(&rbk->lock);
+	return failed && chunkmap_dirty(&rbk->map) > 0;
 }
 
 /* ---- populator --------------------------------------------------------- */
@@ -273,6 +330,48 @@ static bool rbk_populate_wanted(struct rbk *rbk)
 	return READ_ONCE(rbk->populate) && !READ_ONCE(rbk->suspended) &&
 	       READ_ONCE(rbk->mode) == RBK_WRITEBACK &&
 	       !READ_ONCE(rbk->populated);
+}
+
+/*
+ * A run begins only if populate is wanted, decided under rbk->lock,
+ * where rbk_set_suspended() sets 'suspended' and the run is marked.  So
+ * once presuspend has run, either the populator saw 'suspended' and
+ * starts nothing, or its run was marked first and
+ * rbk_populator_wait_idle() waits for it to end.
+ */
+static bool rbk_populate_begin(struct rbk *rbk)
+{
+	bool go;
+
+	spin_lock(&rbk->lock);
+	go = rbk_populate_wanted(rbk);
+	rbk->populating = go;
+	spin_unlock(&rbk->lock);
+	return go;
+}
+
+static void rbk_populate_end(struct rbk *rbk)
+{
+	spin_lock(&rbk->lock);
+	rbk->populating = false;
+	spin_unlock(&rbk->lock);
+	wake_up_all(&rbk->populator_idle);
+}
+
+static bool rbk_populator_idle(struct rbk *rbk)
+{
+	bool idle;
+
+	spin_lock(&rbk->lock);
+	idle = !rbk->populating;
+	spin_unlock(&rbk->lock);
+	return idle;
+}
+
+/* After 'suspended' is set: wait for a populate run in flight. */
+void rbk_populator_wait_idle(struct rbk *rbk)
+{
+	wait_event(rbk->populator_idle, rbk_populator_idle(rbk));
 }
 
 static int rbk_populator(void *arg)
@@ -292,11 +391,14 @@ static int rbk_populator(void *arg)
 				rbk_populate_wanted(rbk));
 		if (kthread_should_stop())
 			break;
+		if (!rbk_populate_begin(rbk))
+			continue;
 
 		c = chunkmap_next(&rbk->map, c, CS_BIT(CS_EMPTY));
 		if (c == U64_MAX)
 			c = chunkmap_next(&rbk->map, 0, CS_BIT(CS_EMPTY));
 		if (c == U64_MAX) {
+			rbk_populate_end(rbk);
 			/* Nothing EMPTY: the counter catches up, or is wrong. */
 			rbk_check_populated(rbk);
 			WARN_ON_ONCE(!READ_ONCE(rbk->populated));
@@ -306,6 +408,7 @@ static int rbk_populator(void *arg)
 		}
 		n = chunkmap_run(&rbk->map, c, per_io, CS_BIT(CS_EMPTY));
 		if (!n) {
+			rbk_populate_end(rbk);
 			c++;
 			continue;
 		}
@@ -316,6 +419,7 @@ static int rbk_populator(void *arg)
 		/* Only what is still EMPTY under the range is loaded. */
 		r = rbk_load_chunks(rbk, c, n, &loaded);
 		rangelock_release(&rbk->rl, &node);
+		rbk_populate_end(rbk);
 		rbk_check_populated(rbk);
 
 		if (r) {

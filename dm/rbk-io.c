@@ -116,6 +116,30 @@ void rbk_copy_bio(struct rbk *rbk, struct bio *bio, u64 offset, bool to_ram)
  */
 void rbk_mark_dirty(struct rbk *rbk, u64 c0, u64 c1)
 {
+	/*
+	 * "Data first, state second" needs a store-load fence here.  The
+	 * copy into RAM is plain stores; on a chunk that is already DIRTY,
+	 * chunkmap_move() below does no read-modify-write, only a load of
+	 * the state word, and on x86 rb_atomic_load() is a plain load.  The
+	 * flusher does the mirror image: a CAS of the state word (fully
+	 * ordered) DIRTY -> CLEAN, then it reads the data (the bio's pages).
+	 * That is the store-buffering pattern:
+	 *
+	 *   writer:  store data;   load state   (sees DIRTY: nothing to do)
+	 *   flusher: CAS state;    load data    (captures the old bytes)
+	 *
+	 * Without a full barrier between the writer's store and its load,
+	 * both loads may see the old values (x86's store buffer lets the
+	 * load pass the stores still buffered), and the chunk ends CLEAN
+	 * with the new bytes never written back.  With smp_mb() here and
+	 * the CAS's full ordering on the flusher's side, one of the two
+	 * loads must see the other side's store: either the writer sees
+	 * CLEAN and its CAS makes the chunk DIRTY again, or the flusher's
+	 * capture includes the new bytes.  The CLEAN -> DIRTY case is
+	 * already ordered by its own CAS; this barrier costs one locked
+	 * instruction per write bio on x86.
+	 */
+	smp_mb();
 	if (chunkmap_move(&rbk->map, c0, c1 - c0 + 1,
 			  CS_BIT(CS_EMPTY) | CS_BIT(CS_CLEAN) | CS_BIT(CS_ZERO),
 			  CS_DIRTY, NULL))
@@ -168,7 +192,7 @@ static void rbk_span_endio(struct bio *bio)
 void rbk_ram_io(struct rbk *rbk, blk_opf_t opf, u64 offset, u64 len,
 		struct rbk_span *span)
 {
-	struct block_device *bdev = rbk->dev->bdev;
+	struct block_device *bdev = rbk->bdev;
 
 	while (len) {
 		u64 pages = DIV_ROUND_UP_ULL((offset & ~PAGE_MASK) + len,

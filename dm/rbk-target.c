@@ -36,6 +36,20 @@
  * nbdkit plugin's fsync=ignore; writethrough mode writes through with FUA.
  * Suspend writes back every dirty chunk before it returns, and so does
  * remove; the RAM image is freed only after that.
+ *
+ * When the backing device fails, suspend and remove retry until it works
+ * or dmsetup is killed (rbk_drain).  Dirty data is never dropped:
+ *   - an interrupted suspend leaves the device suspended with the data in
+ *     RAM; resume makes it usable again;
+ *   - a table of the same length and chunk size loaded over it takes the
+ *     RAM image over at its first resume (rbk_take_over), so the data can
+ *     move to another backing device; a table of another geometry is
+ *     refused while the live table holds data it cannot write back;
+ *   - remove cannot fail once dm has begun it, so an interrupted remove
+ *     leaves an orphan (rbk_orphan): the RAM image, the flusher and an
+ *     open reference to the backing device, which write the data back
+ *     when the device works and then free themselves.  The module stays
+ *     loaded until then.
  */
 
 #include <linux/module.h>
@@ -45,6 +59,43 @@
 
 #define RBK_DEFAULT_CHUNK_SECTORS	8
 #define RBK_MAX_CHUNK_SECTORS		32768
+
+/*
+ * Every ramback target, so that a table loaded over a live one on the
+ * same mapped device and sector can find it: to refuse a geometry that
+ * could not take its dirty data over (rbk_ctr), and to take it over
+ * (rbk_take_over).  Entries come and go with ctr and dtr.
+ * [rbk_registry_lock, which also guards each entry's resumed and
+ * handed_over]
+ */
+static LIST_HEAD(rbk_registry);
+static DEFINE_MUTEX(rbk_registry_lock);
+
+/* The live table's target that 'rbk' would replace (registry lock held). */
+static struct rbk *rbk_predecessor(struct rbk *rbk)
+{
+	struct rbk *o;
+
+	list_for_each_entry(o, &rbk_registry, list)
+		if (o != rbk && o->md == rbk->md &&
+		    o->ti->begin == rbk->ti->begin &&
+		    o->ti->table != rbk->ti->table &&
+		    o->resumed && !o->handed_over)
+			return o;
+	return NULL;
+}
+
+static bool rbk_same_geometry(const struct rbk *a, const struct rbk *b)
+{
+	return a->size == b->size && a->chunk_shift == b->chunk_shift;
+}
+
+static void rbk_set_suspended(struct rbk *rbk, bool suspended)
+{
+	spin_lock(&rbk->lock);		/* see rbk_populate_begin() */
+	WRITE_ONCE(rbk->suspended, suspended);
+	spin_unlock(&rbk->lock);
+}
 
 static const char *rbk_mode_name(int mode)
 {
@@ -106,6 +157,72 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 	return DM_MAPIO_SUBMITTED;
 }
 
+/* Everything but the threads and the dm device (gone, or put already). */
+void rbk_free(struct rbk *rbk)
+{
+	bioset_exit(&rbk->bs);
+	if (rbk->map_ready)
+		chunkmap_free(&rbk->map);
+	rangelock_destroy(&rbk->rl);
+	rbk_ram_free(rbk);
+	if (rbk->orphan)
+		blkdev_put(rbk->bdev, rbk->bdev_mode);
+	kfree(rbk);
+}
+
+/*
+ * The table is being destroyed with dirty data that could not be
+ * written back (the remove, or the reload nothing took the data over
+ * in, was interrupted).  The device goes whatever a target does; its
+ * data must not.  Keep the RAM image, the flusher and our own open
+ * reference to the backing device, pin the module, and let the flusher
+ * free it all once a sweep has written everything back (rbk-bg.c).
+ *
+ * The backing device is claimed exclusively once dm lets go of it: a
+ * new table or a mount on it would read data older than ours, and our
+ * late write back would then land under its newer writes.
+ * False if the backing device cannot be held: then the data is lost.
+ */
+static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
+{
+	const fmode_t mode = FMODE_READ | FMODE_WRITE;
+	u64 dirty = chunkmap_dirty(&rbk->map);
+	dev_t dev = rbk->bdev->bd_dev;
+	struct block_device *bdev, *excl;
+
+	/* The same block_device as rbk->bdev, opened once more. */
+	bdev = blkdev_get_by_dev(dev, mode, NULL);
+	if (IS_ERR(bdev)) {
+		DMERR("%s: %llu dirty chunks are lost: they were not written back and %pg cannot be held open (error %ld)",
+		      rbk_name(rbk), dirty, rbk->bdev, PTR_ERR(bdev));
+		return false;
+	}
+	if (rbk->populator)
+		kthread_stop(rbk->populator);
+	rbk->populator = NULL;
+	dm_put_device(ti, rbk->dev);
+	rbk->dev = NULL;
+	rbk->ti = NULL;
+	rbk->bdev_mode = mode;
+	excl = blkdev_get_by_dev(dev, mode | FMODE_EXCL, rbk);
+	if (!IS_ERR(excl)) {
+		blkdev_put(bdev, mode);
+		bdev = excl;
+		rbk->bdev_mode = mode | FMODE_EXCL;
+	} else {
+		DMWARN("%s: %pg is claimed by someone else, so it cannot be reserved for the data left in RAM (error %ld)",
+		       rbk_name(rbk), bdev, PTR_ERR(excl));
+	}
+	rbk->bdev = bdev;
+	__module_get(THIS_MODULE);	/* put by the flusher as it exits */
+	rbk->flusher = NULL;		/* it ends by itself, nobody stops it */
+	WRITE_ONCE(rbk->orphan, true);
+	wake_up(&rbk->flusher_wait);
+	DMERR("%s: removed with %llu dirty chunks not written back to %pg: they stay in RAM and are written back when it works (dm_ramback stays loaded until then)",
+	      rbk_name(rbk), dirty, bdev);
+	return true;
+}
+
 /* Safe on a half-built object: every constructor failure comes here. */
 static void rbk_dtr(struct dm_target *ti)
 {
@@ -113,21 +230,24 @@ static void rbk_dtr(struct dm_target *ti)
 
 	if (!rbk)
 		return;
+	ti->private = NULL;
+	mutex_lock(&rbk_registry_lock);
+	list_del_init(&rbk->list);
+	mutex_unlock(&rbk_registry_lock);
 	if (rbk->wq)
 		destroy_workqueue(rbk->wq);	/* waits for deferred bios */
-	/* Normally postsuspend has drained already; never drop data. */
-	if (rbk->flusher && rbk->map_ready && chunkmap_dirty(&rbk->map))
-		rbk_drain(rbk);
+	/*
+	 * Normally postsuspend has drained already, or a successor took the
+	 * data over.  Never drop data.
+	 */
+	if (rbk->flusher && rbk->map_ready && !rbk->handed_over &&
+	    chunkmap_dirty(&rbk->map) && rbk_drain(rbk) &&
+	    chunkmap_dirty(&rbk->map) && rbk_orphan(rbk, ti))
+		return;
 	rbk_stop_threads(rbk);
-	bioset_exit(&rbk->bs);
-	if (rbk->map_ready)
-		chunkmap_free(&rbk->map);
-	rangelock_destroy(&rbk->rl);
-	rbk_ram_free(rbk);
 	if (rbk->dev)
 		dm_put_device(ti, rbk->dev);
-	kfree(rbk);
-	ti->private = NULL;
+	rbk_free(rbk);
 }
 
 static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
@@ -167,7 +287,7 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 {
 	struct dm_arg_set as = { .argc = argc, .argv = argv };
 	unsigned int chunk_sectors = RBK_DEFAULT_CHUNK_SECTORS;
-	struct rbk *rbk;
+	struct rbk *rbk, *old;
 	const char *arg;
 	char dummy;
 	int r;
@@ -183,12 +303,16 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	}
 	ti->private = rbk;
 	rbk->ti = ti;
+	rbk->md = dm_table_get_md(ti->table);
+	strscpy(rbk->name, dm_device_name(rbk->md), sizeof(rbk->name));
+	INIT_LIST_HEAD(&rbk->list);
 	rbk->mode = RBK_WRITEBACK;
 	rbk->populate = true;
 	rbk->suspended = true;		/* until the first resume */
 	spin_lock_init(&rbk->lock);
 	init_waitqueue_head(&rbk->flusher_wait);
 	init_waitqueue_head(&rbk->populator_wait);
+	init_waitqueue_head(&rbk->populator_idle);
 	init_waitqueue_head(&rbk->sync_wait);
 	atomic64_set(&rbk->inflight, 0);
 	atomic64_set(&rbk->demand_loaded, 0);
@@ -202,6 +326,7 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 		ti->error = "Backing device lookup failed";
 		goto bad;
 	}
+	rbk->bdev = rbk->dev->bdev;
 	arg = dm_shift_arg(&as);
 	if (arg && (sscanf(arg, "%u%c", &chunk_sectors, &dummy) != 1 ||
 		    !is_power_of_2(chunk_sectors) ||
@@ -226,6 +351,15 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	if (rbk->size >= rb_phys_mem()) {
 		ti->error = "Target is larger than the machine's memory";
 		r = -ENOMEM;
+		goto bad;
+	}
+	/* It must be able to take over what the live table cannot write. */
+	mutex_lock(&rbk_registry_lock);
+	old = rbk_predecessor(rbk);
+	r = old && rbk_stuck(old) && !rbk_same_geometry(old, rbk) ? -EBUSY : 0;
+	mutex_unlock(&rbk_registry_lock);
+	if (r) {
+		ti->error = "The live table holds dirty data it cannot write back: a table that takes it over must have the same length and chunk size";
 		goto bad;
 	}
 
@@ -261,6 +395,9 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	ti->per_io_data_size = sizeof(struct rbk_bio);
 	ti->num_flush_bios = 1;
 	ti->flush_supported = true;	/* RAM is a volatile cache, whatever the backing */
+	mutex_lock(&rbk_registry_lock);
+	list_add(&rbk->list, &rbk_registry);
+	mutex_unlock(&rbk_registry_lock);
 	DMINFO("%s: %llu chunks of %u sectors over %s, %s%s",
 	       rbk_name(rbk), rbk->nchunks, chunk_sectors, rbk->dev->name,
 	       rbk_mode_name(rbk->mode), rbk->populate ? "" : ", nopopulate");
@@ -272,25 +409,104 @@ bad:
 
 static void rbk_presuspend(struct dm_target *ti)
 {
-	struct rbk *rbk = ti->private;
-
-	WRITE_ONCE(rbk->suspended, true);	/* the populator pauses */
+	rbk_set_suspended(ti->private, true);	/* the populator pauses */
 }
 
+/* The suspend failed (interrupted while bios were in flight). */
+static void rbk_presuspend_undo(struct dm_target *ti)
+{
+	struct rbk *rbk = ti->private;
+
+	rbk_set_suspended(rbk, false);
+	rbk_kick_populator(rbk);
+}
+
+/*
+ * No application I/O is left.  Wait for a populate read in flight, then
+ * write everything back.  If that fails and dmsetup is killed, dm leaves
+ * the device suspended anyway (postsuspend cannot fail): the data stays
+ * in RAM, and the flusher keeps retrying it in the background.
+ */
 static void rbk_postsuspend(struct dm_target *ti)
 {
 	struct rbk *rbk = ti->private;
 
-	WRITE_ONCE(rbk->suspended, true);
+	rbk_set_suspended(rbk, true);
 	flush_workqueue(rbk->wq);
-	rbk_drain(rbk);
+	rbk_populator_wait_idle(rbk);
+	if (rbk_drain(rbk))
+		DMERR("%s: %llu dirty chunks are not written back to %pg: they stay in RAM",
+		      rbk_name(rbk), chunkmap_dirty(&rbk->map), rbk->bdev);
+}
+
+/*
+ * At a table's first resume: the table it replaces, suspended and
+ * swapped out by now, may still hold dirty data (its postsuspend could
+ * not write it back and was interrupted).  Take its RAM image over
+ * rather than leave the data to its destructor.  Its threads are
+ * stopped first, so nothing touches the image any more; then the pages
+ * change hands (same length, so the same number) and the chunk states
+ * are copied.  On another backing device CLEAN chunks become DIRTY: only
+ * the old device matched them.  EMPTY chunks stay EMPTY and are loaded
+ * from the new device.
+ */
+static void rbk_take_over(struct rbk *rbk)
+{
+	u64 c, n, dirty, loaded;
+	struct rbk *old;
+	bool same_dev;
+
+	mutex_lock(&rbk_registry_lock);
+	old = rbk_predecessor(rbk);
+	if (old && !chunkmap_dirty(&old->map))
+		old = NULL;
+	if (old && !rbk_same_geometry(old, rbk)) {
+		DMERR("%s: cannot take over %llu dirty chunks from the previous table: the length or chunk size differs",
+		      rbk_name(rbk), chunkmap_dirty(&old->map));
+		old = NULL;
+	}
+	if (old)
+		old->handed_over = true;
+	rbk->resumed = true;
+	mutex_unlock(&rbk_registry_lock);
+	if (!old)
+		return;
+
+	rbk_stop_threads(old);
+	swap(rbk->pages, old->pages);
+	same_dev = old->bdev->bd_dev == rbk->bdev->bd_dev;
+	for (c = 0; c < rbk->nchunks; c += n) {
+		enum chunk_state s = chunkmap_get(&old->map, c);
+
+		n = chunkmap_run(&old->map, c, rbk->nchunks - c, CS_BIT(s));
+		if (s != CS_EMPTY)
+			chunkmap_move(&rbk->map, c, n, CS_BIT(CS_EMPTY),
+				      s == CS_CLEAN && same_dev ? CS_CLEAN : CS_DIRTY,
+				      NULL);
+	}
+	dirty = chunkmap_dirty(&rbk->map);
+	loaded = chunkmap_loaded(&rbk->map);
+	DMINFO("%s: took over the previous table's RAM image: %llu chunks loaded, %llu of them dirty; %llu to write back to %pg",
+	       rbk_name(rbk), loaded, chunkmap_dirty(&old->map), dirty,
+	       rbk->bdev);
+	rbk_check_populated(rbk);
+	rbk_kick_flusher(rbk);
+}
+
+static int rbk_preresume(struct dm_target *ti)
+{
+	struct rbk *rbk = ti->private;
+
+	if (!rbk->resumed)
+		rbk_take_over(rbk);
+	return 0;
 }
 
 static void rbk_resume(struct dm_target *ti)
 {
 	struct rbk *rbk = ti->private;
 
-	WRITE_ONCE(rbk->suspended, false);
+	rbk_set_suspended(rbk, false);
 	rbk_kick_populator(rbk);
 }
 
@@ -371,13 +587,15 @@ static int rbk_iterate_devices(struct dm_target *ti,
 
 static struct target_type rbk_target = {
 	.name			= "ramback",
-	.version		= {1, 0, 0},
+	.version		= {1, 1, 0},
 	.module			= THIS_MODULE,
 	.ctr			= rbk_ctr,
 	.dtr			= rbk_dtr,
 	.map			= rbk_map,
 	.presuspend		= rbk_presuspend,
+	.presuspend_undo	= rbk_presuspend_undo,
 	.postsuspend		= rbk_postsuspend,
+	.preresume		= rbk_preresume,
 	.resume			= rbk_resume,
 	.message		= rbk_message,
 	.status			= rbk_status,

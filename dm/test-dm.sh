@@ -18,13 +18,17 @@
 # backing device failing (dm error target) and recovering; races against
 # a slow backing device (dm-delay): writes landing while their chunks are
 # being written back, populate over dirty chunks, writethrough behind
-# write back; rmmod.
+# write back; then, on a scratch disk of their own, suspend while populate
+# reads, and the backing device dying with dirty data in RAM (interrupted
+# suspend, interrupted remove, moving the data onto another device); rmmod.
 #
 # Exit: 0 pass, 1 fail, 77 skip (no qemu or no kernel headers).
 # Environment: RAMBACK_DM_TIMEOUT (seconds for the guest, default 900),
 #   RAMBACK_DM_KEEP=1 keeps the scratch directory, RAMBACK_DM_SMP (2),
 #   RAMBACK_DM_MODULE=path/dm-ramback.ko tests that module instead of
-#   building one.
+#   building one, RAMBACK_DM_ONLY="populate_suspend stuck_suspend ..."
+#   runs only those scratch-disk phases (guest-init.sh), not the main
+#   chain, and then checks that back.img is unchanged.
 
 set -euo pipefail
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
@@ -36,6 +40,8 @@ TIMEOUT=${RAMBACK_DM_TIMEOUT:-900}
 SMP=${RAMBACK_DM_SMP:-2}
 SECTORS=65536                   # 32 MiB device
 PATTERN_SECTORS=8192            # 4 MiB of write data
+SCRATCH_REGIONS=5               # scratch disk: a region of SECTORS per use
+ONLY=${RAMBACK_DM_ONLY:-}
 
 skip () { echo "SKIP: $*" >&2; exit 77; }
 die () { echo "FAIL: $*" >&2; exit 1; }
@@ -85,9 +91,12 @@ t_build=$((SECONDS - t0))
 # ---- images and the model ----------------------------------------------
 head -c $((SECTORS * 512)) /dev/urandom >"$T/back.img"
 head -c $((PATTERN_SECTORS * 512)) /dev/urandom >"$T/pattern.img"
+head -c $((SCRATCH_REGIONS * SECTORS * 512)) /dev/urandom >"$T/scratch.img"
 cp "$T/back.img" "$T/model.img"
+MODEL=$T/model.img              # the image apply_model and region_sha use
 sha () { sha256sum "$@" | cut -d' ' -f1; }
-region_sha () { dd if="$T/model.img" bs=512 skip="$1" count="$2" status=none | sha; }
+region_sha () { dd if="$MODEL" bs=512 skip="$1" count="$2" status=none | sha; }
+initial_sha=$(sha "$T/back.img")
 
 # Write lists "dst:count:src" in sectors (chunks are 8 sectors unless the
 # phase says otherwise): partial heads and tails, whole chunks, runs
@@ -115,14 +124,28 @@ WR_R3A="50000:16:500"                # dirty again, then writethrough:
 WR_R3="50004:4:600 50010:2:700"      # waits behind that write back
 WR_R4="30001:7:900 100:1:910"        # dirty, then remove while populating
 READS_ORIG="100:64 20000:1024 5:3 65000:536"
+# Scratch disk phases, one region each.  Region 0: populate_suspend.
+WR_S1="100:64:0 5000:9:200"          # region 1, stuck_suspend: on disk...
+WR_S2="103:5:300 20000:300:400 65530:6:800"   # ...then in RAM only
+WR_S3="7000:16:900"                  # written after the interrupted suspend
+WR_T1="300:30:1000"                  # region 2, stuck_remove
+WR_T2="301:2:1100 40000:96:1200"  # whole chunks: bk is dead by then
+WR_U1="64:64:1400"                   # region 3, stuck_reload; moved to region 4
+WR_U2="65:3:1500 30000:200:1600"
 
 apply_model () {
   local w d n s
   for w in $1; do
     IFS=: read -r d n s <<<"$w"
-    dd if="$T/pattern.img" of="$T/model.img" bs=512 skip="$s" seek="$d" \
+    dd if="$T/pattern.img" of="$MODEL" bs=512 skip="$s" seek="$d" \
        count="$n" conv=notrunc status=none
   done
+}
+# The model of scratch region $1, as the host made it, becomes $MODEL.
+scratch_model () {
+  MODEL=$T/region$1.img
+  dd if="$T/scratch.img" of="$MODEL" bs=512 skip=$(($1 * SECTORS)) \
+     count=$SECTORS status=none
 }
 # Regions to check for a write list: each write, 8 sectors either side
 # (so the neighbours of a partial write are checked too), or exact.
@@ -156,8 +179,9 @@ reads () {
 
 {
   echo "SECTORS=$SECTORS"
+  echo "ONLY='$ONLY'"
   for v in WR_A WR_B1 WR_B2 WR_B3 WR_B4 WR_C0 WR_C1 WR_C2 WR_C WR_D WR_E WR_F WR_G WR_H1 WR_H2 WR_H3 \
-           WR_R1 WR_R2 WR_R2B WR_R3A WR_R3 WR_R4; do
+           WR_R1 WR_R2 WR_R2B WR_R3A WR_R3 WR_R4 WR_S1 WR_S2 WR_S3 WR_T1 WR_T2 WR_U1 WR_U2; do
     echo "$v='${!v}'"
   done
   echo "REG_ORIG='$(reads "$READS_ORIG")'"
@@ -187,8 +211,22 @@ reads () {
   echo "REGX_R3='$(regions "$WR_R3" exact)'"; echo "FULL_R3=$(sha "$T/model.img")"
   apply_model "$WR_R4"
   echo "FULL_R4=$(sha "$T/model.img")"
+
+  scratch_model 1
+  apply_model "$WR_S1 $WR_S2"
+  echo "REG_S12='$(regions "$WR_S1 $WR_S2")'"
+  apply_model "$WR_S3"
+  echo "REG_S3='$(regions "$WR_S3")'"; echo "FULL_S=$(sha "$MODEL")"
+  scratch_model 2
+  apply_model "$WR_T1 $WR_T2"
+  echo "FULL_T=$(sha "$MODEL")"
+  scratch_model 3               # region 4 must end up holding this
+  apply_model "$WR_U1 $WR_U2"
+  echo "FULL_U=$(sha "$MODEL")"
 } >"$T/test.conf"
 final_sha=$(sha "$T/model.img")
+# Only scratch-disk phases: the main chain never ran, back.img is as made.
+[ -z "$ONLY" ] || final_sha=$initial_sha
 
 # ---- the initramfs: the cached base plus this run's files -------------------
 mkdir -p "$T/extra/ramback"
@@ -208,7 +246,8 @@ timeout -k 10 "$TIMEOUT" "$QEMU" -accel tcg -m 768 -smp "$SMP" \
   -kernel "$CACHE/vmlinuz" -initrd "$T/initrd" \
   -append "console=ttyS0 rdinit=/init panic=-1 oops=panic panic_on_warn=1 loglevel=4" \
   -drive "file=$T/back.img,format=raw,if=virtio,cache=writeback" \
-  -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" &
+  -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" \
+  -drive "file=$T/scratch.img,format=raw,if=virtio,cache=writeback" &
 qemu_pid=$!
 rc=0
 wait "$qemu_pid" || rc=$?

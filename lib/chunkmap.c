@@ -130,7 +130,9 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
     unsigned lo = c % PER_WORD;
     unsigned hi = RB_MIN_U (end - w * PER_WORD, PER_WORD);
     uint64_t range = field_range (lo, hi);
-    uint64_t old = rb_atomic_load (&cm->words[w]), new, m;
+    /* An RMW, not a load, for moves to dirty: see chunkmap.h. */
+    uint64_t old = is_dirty_state (to) ? rb_atomic_or (&cm->words[w], 0)
+      : rb_atomic_load (&cm->words[w]), new, m;
     uint64_t wc[4];
 
     do {

@@ -67,6 +67,17 @@ extern const char *chunk_state_name (enum chunk_state s);
  * (CS_BIT()s) to 'to'.  Returns how many moved; if 'moved' is not NULL,
  * moved[s] counts those that were in state s.  Keeps the counters and
  * hints right.
+ *
+ * A move to a dirty state reads each state word with an atomic
+ * read-modify-write, even when no chunk moves (the chunk was already
+ * DIRTY).  That orders the caller's earlier stores to the chunk's data
+ * before the state check: a writer does "copy data; move to DIRTY", the
+ * flusher does "CAS DIRTY -> CLEAN; read data", and with a plain load on
+ * the writer's side both could read the old value (store-load
+ * reordering), leaving new data in a chunk marked CLEAN.  With the RMW
+ * the two operations on the word are totally ordered: either the writer
+ * sees CLEAN and re-dirties, or the flusher's CAS comes after it and
+ * so reads the new data.
  */
 extern uint64_t chunkmap_move (struct chunkmap *cm, uint64_t first,
                                uint64_t n, unsigned from,

@@ -20,6 +20,12 @@
 #include "error.h"
 #include "internal.h"
 
+/* The write-back bandwidth estimate rises slowly and falls fast
+ * (throttle.h): the UPS window must hold when the store slows down.
+ */
+#define FLUSH_BW_TAU_UP_S 10.0
+#define FLUSH_BW_TAU_DOWN_S 1.0
+
 static int
 check_config (const struct rb_config *c)
 {
@@ -59,6 +65,9 @@ static void
 init_sync (struct rb *rb)
 {
   rb_mutex_init (&rb->lock);
+  rb_mutex_init (&rb->sync_lock);
+  rb->flush_bw.tau_up = FLUSH_BW_TAU_UP_S;
+  rb->flush_bw.tau_down = FLUSH_BW_TAU_DOWN_S;
   rb_cond_init (&rb->flusher_cond);
   rb_cond_init (&rb->populator_cond);
   rb_cond_init (&rb->space_cond);
@@ -101,9 +110,19 @@ rb_open (const struct rb_config *config)
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);
   rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
 
-  if (ramimage_open (&rb->ram, rb->size, rb->cfg.ram,
-                     rb->cfg.allow_overcommit) == -1)
-    goto fail;
+  {
+    /* The store is open (and locked): ram= is checked against it. */
+    struct ramimage_params rp = {
+      .size = rb->size,
+      .chunk_size = rb->chunk_size,
+      .path = rb->cfg.ram,
+      .overcommit = rb->cfg.allow_overcommit,
+      .back_uri = rb->cfg.store.uri,
+      .back_id = rb->store->id,
+    };
+    if (ramimage_open (&rb->ram, &rp) == -1)
+      goto fail;
+  }
   if (chunkmap_init (&rb->map, rb->nchunks) == -1) {
     rb_set_error (errno, "cannot allocate the chunk map for %" PRIu64
                   " chunks (use a larger chunk=)", rb->nchunks);
@@ -177,7 +196,8 @@ rb_close (struct rb *rb)
 
   if (rb->map.words)
     chunkmap_free (&rb->map);
-  ramimage_close (&rb->ram);
+  /* A ram= file is removed only if everything reached the store. */
+  ramimage_close (&rb->ram, r == 0);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);
@@ -186,6 +206,7 @@ rb_close (struct rb *rb)
   rb_cond_destroy (&rb->populator_cond);
   rb_cond_destroy (&rb->flusher_cond);
   rb_mutex_destroy (&rb->lock);
+  rb_mutex_destroy (&rb->sync_lock);
   free (rb->unsynced.v);
   free ((char *) rb->cfg.store.uri);
   free ((char *) rb->cfg.ram);
@@ -252,12 +273,13 @@ rb_record_error (struct rb *rb, int err, const char *what)
 }
 
 /* The dirty limit in force: dirty-max=, and with ups-window= what the
- * measured write-back bandwidth can drain in that window, less a 20%
- * safety margin.  Until a bandwidth has been measured, flush-rate= (if
- * set) stands in for it, else a conservative 64 MiB.
+ * measured write-back bandwidth (bytes made durable per second, writes
+ * and syncs) can drain in that window, less a 20% safety margin.  Until
+ * a bandwidth has been measured, flush-rate= (if set) stands in for it,
+ * else a conservative 16 MiB.
  */
 #define UPS_SAFETY 0.8
-#define UPS_BOOTSTRAP (UINT64_C (64) * 1024 * 1024)
+#define UPS_BOOTSTRAP (UINT64_C (16) * 1024 * 1024)
 
 void
 rb_recompute_limit (struct rb *rb)

@@ -22,11 +22,20 @@
  *
  * fsyncgate: a chunk counts as safely stored only after its write *and*
  * a later successful sync.  A failed sync may have dropped any write
- * since the last good one (Linux marks failed pages clean and a retried
- * fsync then "succeeds"), so every range written since the last good
- * sync is re-dirtied and written again; a sync is never just retried.
- * A sweep with any failure fails the tickets it covers, so FLUSH keeps
- * failing until one full sweep, writes and sync, succeeds.
+ * since the last good one (Linux reports a write-back error to one
+ * fdatasync only, marks the failed pages clean, and a retried fsync
+ * then "succeeds"; an NBD server may drop its cache when a connection
+ * dies), so a sync is never just retried.  Syncs are serialised
+ * (sync_lock), and when one fails, everything written since the last
+ * good sync is re-dirtied and written again: the writes it was meant to
+ * cover, those that completed while it ran, and those still in flight,
+ * which notice the new failure generation when they complete
+ * (rb_write_done).  A caller's sync counts only if no sync failed since
+ * it began writing (rb_sync_store's gen), so a FUA write or a FLUSH is
+ * acknowledged only if every write it covers completed before a sync
+ * that succeeded started.  A sweep with any failure fails the tickets
+ * it covers, so FLUSH keeps failing until one full sweep, writes and
+ * sync, succeeds.
  */
 
 #include <config.h>
@@ -46,6 +55,7 @@
 #define ZERO_RUN_BYTES (UINT64_C (1) << 30)
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
+#define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 struct run {
   uint64_t first, n;
@@ -135,13 +145,15 @@ data_bytes (struct rb *rb, const struct run *runs, size_t k)
   return b;
 }
 
-/* Steps 2-5 above.  Returns 0, or -1 with errno of the first failure. */
+/* Steps 2-5 above.  Returns 0, or -1 with errno of the first failure;
+ * adds the data bytes written to *written.
+ */
 static int
-store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
+store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t *written)
 {
   struct rb_io ios[BATCH_RUNS];
   struct rl_node nodes[BATCH_RUNS];
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, gen;
   int first_err = 0;
   size_t i;
 
@@ -153,6 +165,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
     };
   }
   rangelock_acquire_batch (&rb->rl, nodes, k);
+  gen = rb_write_begin (rb);
 
   for (i = 0; i < k; i++) {
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
@@ -182,7 +195,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
       rb_record_error (rb, ios[i].err, msg);
     }
     else {
-      rb_note_unsynced (rb, ios[i].offset, ios[i].count);
+      rb_write_done (rb, gen, ios[i].offset, ios[i].count);
       rb_atomic_add (&rb->stored_bytes, ios[i].count);
       if (ios[i].op == RB_IO_WRITE)
         bytes += ios[i].count;
@@ -191,16 +204,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
     rangelock_release (&rb->rl, &nodes[i]);
   }
 
-  if (bytes) {
-    /* A batch after an idle spell goes out at once, at page cache
-     * speed; under a flush-rate= cap the sustained bandwidth is the cap,
-     * so never record more.
-     */
-    uint64_t elapsed = rb_now_ns () - t0;
-    if (rb->flush_rate.bps)
-      elapsed = RB_MAX (elapsed, (uint64_t) (bytes * 1e9 / rb->flush_rate.bps));
-    rb_bw_sample (&rb->flush_bw, bytes, elapsed);
-  }
+  *written += bytes;
   rb_recompute_limit (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -216,11 +220,23 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t t0)
   return 0;
 }
 
+/* What a sweep wrote and how long the store was busy with it. */
+struct sweep_stats {
+  uint64_t bytes, busy_ns;
+};
+
+/* While a sweep runs, its write bandwidth so far bounds the durable
+ * bandwidth (the sync is still to come): lower the estimate at once if
+ * the store turns out slower, without waiting for the end of a long
+ * sweep.  Only over a long enough stretch to mean something.
+ */
+#define BOUND_MIN_NS (UINT64_C (250) * 1000000)
+
 /* One sweep over the whole device.  Returns 0 or the errno of the first
  * failure.
  */
 static int
-sweep (struct rb *rb)
+sweep (struct rb *rb, struct sweep_stats *ss)
 {
   struct run runs[BATCH_RUNS];
   uint64_t cursor = 0, backoff = BACKOFF_MIN_MS;
@@ -228,14 +244,15 @@ sweep (struct rb *rb)
   size_t k;
 
   while ((k = collect (rb, &cursor, runs)) > 0) {
-    uint64_t now = rb_now_ns (), t0 = now;
+    uint64_t now = rb_now_ns (), t0, elapsed, bytes = 0;
     uint64_t wait = rb_rate_delay (&rb->flush_rate,
                                    data_bytes (rb, runs, k), now);
 
     /* The cap is lifted for the final drain of a clean stop. */
     if (wait && !rb_atomic_load (&rb->stopping))
       flusher_sleep (rb, wait);
-    if (store_batch (rb, runs, k, t0) == -1) {
+    t0 = rb_now_ns ();
+    if (store_batch (rb, runs, k, &bytes) == -1) {
       if (err == 0)
         err = errno;
       flusher_sleep (rb, backoff * 1000000);
@@ -243,6 +260,19 @@ sweep (struct rb *rb)
     }
     else
       backoff = BACKOFF_MIN_MS;
+    /* A batch after an idle spell goes out at page cache speed; under
+     * a flush-rate= cap the sustained bandwidth is the cap, so never
+     * count it as faster.
+     */
+    elapsed = rb_now_ns () - t0;
+    if (rb->flush_rate.bps)
+      elapsed = RB_MAX (elapsed, (uint64_t) (bytes * 1e9 / rb->flush_rate.bps));
+    ss->bytes += bytes;
+    ss->busy_ns += elapsed;
+    if (ss->busy_ns >= BOUND_MIN_NS) {
+      rb_bw_bound (&rb->flush_bw, ss->bytes, ss->busy_ns);
+      rb_recompute_limit (rb);
+    }
   }
   return err;
 }
@@ -277,6 +307,29 @@ coalesce_locked (struct rb *rb, uint64_t target)
     ;
 }
 
+/* Ranges the store can no longer vouch for (store.h, take_suspects:
+ * an old remote write that may have landed late): dirty them again so
+ * that they are rewritten from RAM.  Returns true while the store may
+ * still hand over more; the flusher then looks again every
+ * SUSPECT_POLL_NS, and a clean stop waits for them.
+ */
+static bool
+redirty_suspects (struct rb *rb)
+{
+  struct rb_store_range r[16];
+  bool pending = false;
+  size_t i, n;
+
+  if (rb->store->ops->take_suspects == NULL)
+    return false;
+  do {
+    n = rb->store->ops->take_suspects (rb->store, r, 16, &pending);
+    for (i = 0; i < n; i++)
+      rb_redirty (rb, r[i].offset, r[i].count);
+  } while (n == 16);
+  return pending;
+}
+
 static void *
 flusher_main (void *arg)
 {
@@ -284,20 +337,38 @@ flusher_main (void *arg)
   uint64_t backoff = BACKOFF_MIN_MS;
 
   for (;;) {
-    uint64_t target;
+    struct sweep_stats ss = { 0, 0 };
+    uint64_t target, gen, t;
+    bool suspects;
     int err;
 
+    suspects = redirty_suspects (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       target = rb->sync_requested;
+      gen = rb->fail_gen;
     }
-    err = sweep (rb);
+    err = sweep (rb, &ss);
     /* Sync only if something was written since the last good sync, or
      * somebody is waiting for one: an empty sync still costs the store
-     * a round trip (an NBD FLUSH, a disk cache flush).
+     * a round trip (an NBD FLUSH, a disk cache flush).  The sync covers
+     * the tickets only if no sync failed since the sweep began.
      */
-    if (sync_needed (rb, target) && rb_sync_store (rb) == -1 && err == 0)
-      err = errno;
+    t = rb_now_ns ();
+    if (sync_needed (rb, target)) {
+      if (rb_sync_store (rb, gen) == -1) {
+        if (err == 0)
+          err = errno;
+      }
+      else if (err == 0 && ss.bytes > 0) {
+        /* The bandwidth that sizes the UPS window is bytes made
+         * durable per second: the sweep's writes and its sync.
+         */
+        rb_bw_sample (&rb->flush_bw, ss.bytes,
+                      ss.busy_ns + (rb_now_ns () - t));
+      }
+    }
+    rb_recompute_limit (rb);
 
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (err == 0) {
@@ -327,6 +398,11 @@ flusher_main (void *arg)
     }
     backoff = BACKOFF_MIN_MS;
     if (!have_work_locked (rb, target)) {
+      if (suspects) {
+        rb_cond_wait_until (&rb->flusher_cond, &rb->lock,
+                            rb_now_ns () + SUSPECT_POLL_NS);
+        continue;
+      }
       if (rb->stopping)
         break;
       rb_atomic_store (&rb->flusher_idle, true);
@@ -401,14 +477,26 @@ rb_flusher_kick (struct rb *rb)
   }
 }
 
+uint64_t
+rb_write_begin (struct rb *rb)
+{
+  return rb_atomic_load (&rb->fail_gen);
+}
+
 void
-rb_note_unsynced (struct rb *rb, uint64_t offset, uint64_t count)
+rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
 {
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     struct rb_extents *x = &rb->unsynced;
 
+    /* A sync failed while this write was in flight: the store may have
+     * dropped it with the rest, so it is written again.
+     */
+    if (gen != rb->fail_gen)
+      goto redirty;
     x->bytes += count;
+    rb_atomic_add (&rb->unsynced_bytes, count);
     if (x->len > 0 && x->v[x->len - 1].offset + x->v[x->len - 1].count
         == offset)
       x->v[x->len - 1].count += count;
@@ -419,10 +507,8 @@ rb_note_unsynced (struct rb *rb, uint64_t offset, uint64_t count)
         if (v == NULL) {
           /* Cannot remember it: keep it dirty instead, which is safe. */
           x->bytes -= count;
-          rb_mutex_unlock (&rb->lock);
-          rb_redirty (rb, offset, count);
-          rb_mutex_lock (&rb->lock);
-          return;
+          rb_atomic_sub (&rb->unsynced_bytes, count);
+          goto redirty;
         }
         x->v = v;
         x->cap = cap;
@@ -431,22 +517,58 @@ rb_note_unsynced (struct rb *rb, uint64_t offset, uint64_t count)
     }
   }
   rb_flusher_kick (rb);
+  return;
+
+ redirty:
+  rb_redirty (rb, offset, count);
+}
+
+/* Synced, or re-dirtied: no longer unsynced.  Writers may wait for
+ * that (the dirty limit counts unsynced bytes).
+ */
+static void
+retire (struct rb *rb, const struct rb_extents *x)
+{
+  rb_atomic_sub (&rb->unsynced_bytes, x->bytes);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  rb_cond_broadcast (&rb->space_cond);
+}
+
+static void
+redirty_all (struct rb *rb, struct rb_extents *x)
+{
+  size_t i;
+
+  for (i = 0; i < x->len; i++)
+    rb_redirty (rb, x->v[i].offset, x->v[i].count);
+  retire (rb, x);
+  free (x->v);
+  memset (x, 0, sizeof *x);
 }
 
 int
-rb_sync_store (struct rb *rb)
+rb_sync_store (struct rb *rb, uint64_t gen)
 {
-  struct rb_extents snap;
-  size_t i;
+  struct rb_extents snap, since;
   int err;
 
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->sync_lock);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (rb->fail_gen != gen) {
+      /* What the caller wrote was re-dirtied by that failure: it is not
+       * durable, and the next sweep writes it again.
+       */
+      rb_set_error (EIO, "a sync of the backing store failed meanwhile "
+                    "(the data is kept in RAM and will be written again)");
+      return -1;
+    }
     snap = rb->unsynced;
     memset (&rb->unsynced, 0, sizeof rb->unsynced);
   }
   if (rb->store->ops->flush (rb->store) == 0) {
     rb_atomic_add (&rb->syncs, 1);
+    retire (rb, &snap);
     free (snap.v);
     return 0;
   }
@@ -454,10 +576,21 @@ rb_sync_store (struct rb *rb)
   rb_atomic_add (&rb->sync_errors, 1);
   rb_atomic_store (&rb->store_failing, true);
   rb_record_error (rb, err, rb_get_error ());
-  /* Never trust a retried sync: write it all again. */
-  for (i = 0; i < snap.len; i++)
-    rb_redirty (rb, snap.v[i].offset, snap.v[i].count);
-  free (snap.v);
+  /* Never trust a retried sync: everything written since the last good
+   * one is written again, including what completed while this sync ran
+   * (taken now, under the lock that also bumps the generation, so a
+   * write is either in 'since' or sees the new generation).
+   */
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_atomic_store (&rb->fail_gen, rb->fail_gen + 1);
+    since = rb->unsynced;
+    memset (&rb->unsynced, 0, sizeof rb->unsynced);
+  }
+  redirty_all (rb, &snap);
+  redirty_all (rb, &since);
+  rb_set_error (err, "sync of the backing store failed: %s (the data is "
+                "kept in RAM and will be written again)", rb_strerror (err));
   errno = err;
   return -1;
 }

@@ -84,7 +84,24 @@ struct rb {
    */
   uint64_t sync_requested, sync_done, sync_failed;
   int sync_errno;
+
+  /* Store syncs and the fsyncgate rule (flush.c).
+   *   - sync_lock serialises every store sync (flusher, FUA writes), so a
+   *     sync error is seen by exactly one sync, and that sync knows which
+   *     writes it may have lost.  Lock order: sync_lock before lock.
+   *   - unsynced [lock]: writes that completed before no sync started.
+   *   - fail_gen [lock, atomic reads]: the number of failed syncs.  A
+   *     store write reads it before it starts (rb_write_begin) and, when
+   *     it completes, is noted as unsynced only if it is unchanged; a
+   *     write in flight across a failure is re-dirtied instead.  A sync
+   *     succeeds for a caller only if fail_gen still has the value the
+   *     caller read before its writes: no failure came in between.
+   */
+  rb_mutex sync_lock;
   struct rb_extents unsynced;   /* [lock] */
+  uint64_t unsynced_bytes;      /* [atomic] written and not yet synced,
+                                   in 'unsynced' or in a sync running */
+  uint64_t fail_gen;            /* [lock] written, [atomic] read */
 
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
@@ -144,10 +161,19 @@ extern int rb_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
 extern int rb_flusher_stop (struct rb *rb);
 extern void rb_flusher_kick (struct rb *rb);
-/* Remember a range written to the store, for the next sync. */
-extern void rb_note_unsynced (struct rb *rb, uint64_t offset, uint64_t count);
-/* Sync the store now; on failure re-dirty what it may have lost. */
-extern int rb_sync_store (struct rb *rb);
+/* Before a store write starts: the failure generation it runs in. */
+extern uint64_t rb_write_begin (struct rb *rb);
+/* After a store write of [offset, offset+count) succeeded: remember it
+ * for the next sync, or re-dirty it if a sync failed meanwhile.
+ */
+extern void rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
+                           uint64_t count);
+/* Sync the store now.  Returns 0 only if the sync succeeded and no sync
+ * failed since 'gen' was read (rb_write_begin), so every write the caller
+ * completed after reading it is durable.  On failure every write that
+ * may have been lost is re-dirtied.
+ */
+extern int rb_sync_store (struct rb *rb, uint64_t gen);
 /* Put [offset, offset+count) back to dirty (a store or sync failed). */
 extern void rb_redirty (struct rb *rb, uint64_t offset, uint64_t count);
 

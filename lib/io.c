@@ -146,9 +146,10 @@ mark_dirty (struct rb *rb, const struct req *r)
     rb_flusher_kick (rb);
 }
 
-/* Writers wait while dirty + in-flight data is over the limit.  Checked
- * before the write, so the limit can be exceeded by at most the writes
- * in progress at once (nbdkit threads x request size).
+/* Writers wait while dirty + in-flight + unsynced data is over the
+ * limit (all of it must be made durable to drain).  Checked before the
+ * write, so the limit can be exceeded by at most the writes in progress
+ * at once (nbdkit threads x request size).
  */
 void
 rb_throttle (struct rb *rb)
@@ -157,7 +158,8 @@ rb_throttle (struct rb *rb)
 
 #define OVER() ((chunkmap_dirty (&rb->map) +                              \
                  rb_atomic_load (&rb->inflight_chunks)) *                 \
-                (uint64_t) rb->chunk_size >= limit)
+                (uint64_t) rb->chunk_size +                               \
+                rb_atomic_load (&rb->unsynced_bytes) >= limit)
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
@@ -184,7 +186,7 @@ static int
 writethrough (struct rb *rb, const struct req *r)
 {
   struct rl_node node;
-  uint64_t start, end, f, l;
+  uint64_t start, end, f, l, gen;
   int ret = 0;
 
   range_of (rb, r->c0, r->c1, &start, &end);
@@ -201,6 +203,7 @@ writethrough (struct rb *rb, const struct req *r)
   if (r->op == OP_WRITE)
     chunkmap_move (&rb->map, r->c0, r->c1 - r->c0 + 1, CS_BIT (CS_ZERO),
                    CS_DIRTY, NULL);
+  gen = rb_write_begin (rb);
   if (store_req (rb, r) == 0) {
     /* Fully covered chunks that were never loaded now match the store.
      * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have
@@ -210,10 +213,11 @@ writethrough (struct rb *rb, const struct req *r)
       chunkmap_move (&rb->map, f, l - f + 1, CS_BIT (CS_EMPTY), CS_CLEAN,
                      NULL);
     rb_atomic_add (&rb->stored_bytes, r->count);
-    rb_note_unsynced (rb, r->offset, r->count);
+    rb_write_done (rb, gen, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
+    /* FUA: durable only if no sync failed since this write began. */
     if ((r->flags & RB_FUA) && rb->cfg.fsync_wait &&
-        rb_sync_store (rb) == -1)
+        rb_sync_store (rb, gen) == -1)
       ret = -1;
   }
   else {
@@ -264,8 +268,15 @@ do_write (struct rb *rb, const struct req *r)
     return -1;
   }
   if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
-      ((r->flags & RB_FUA) && rb->cfg.fsync_wait))
+      ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
+    if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) &&
+        !rb->store->can_zero) {
+      rb_set_error (ENOTSUP, "fast zero: the backing store cannot zero "
+                    "without writing zeroes");
+      return -1;
+    }
     return writethrough (rb, r);
+  }
 
   rb_throttle (rb);
   if (!loaded (rb, r->c0, r->c1))

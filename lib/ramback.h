@@ -83,6 +83,8 @@ extern uint32_t rb_get_chunk_size (struct rb *rb);
 
 /* Flags for the I/O calls. */
 #define RB_FUA 1              /* this request must be durable on return */
+#define RB_FAST_ZERO 2        /* rb_zero: fail with ENOTSUP rather than
+                                 write zeroes to the store */
 
 extern int rb_pread (struct rb *rb, void *buf, uint32_t count,
                      uint64_t offset);

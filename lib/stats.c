@@ -143,6 +143,47 @@ put_json_string (struct out *o, const char *s)
   put (o, "\"");
 }
 
+/* Text strings: the text form is one line per field, so a string must
+ * not hold a newline (a path ending in "\nOK" would end the reply
+ * early).  Backslash, control characters and DEL are escaped as \\,
+ * \n, \r, \t and \xHH (docs/ramback-control.pod); the rest is as is.
+ */
+static void
+put_text_string (struct out *o, const char *s, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    unsigned char c = s[i];
+    switch (c) {
+    case '\\': put (o, "\\\\"); break;
+    case '\n': put (o, "\\n"); break;
+    case '\r': put (o, "\\r"); break;
+    case '\t': put (o, "\\t"); break;
+    default:
+      if (c < 0x20 || c == 0x7f)
+        put (o, "\\x%02x", c);
+      else
+        put (o, "%c", c);
+    }
+  }
+}
+
+/* Exposed for control.c (the store's fields in the text status).  Like
+ * snprintf: returns the length the whole text needs.
+ */
+int rb_text_escape (char *buf, size_t len, const char *s, size_t n);
+int
+rb_text_escape (char *buf, size_t len, const char *s, size_t n)
+{
+  struct out o = { buf, len, 0 };
+
+  if (len > 0)
+    buf[0] = '\0';
+  put_text_string (&o, s, n);
+  return (int) o.pos;
+}
+
 enum kind { K_U64, K_BOOL, K_STR, K_DBL };
 
 struct field {
@@ -158,7 +199,8 @@ int
 rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
 {
   double progress = st->chunks ? (double) st->loaded_chunks / st->chunks : 1;
-  uint64_t pending = st->dirty_bytes + st->inflight_bytes;
+  uint64_t pending = st->dirty_bytes + st->inflight_bytes +
+    st->unsynced_bytes;
   double drain = st->flush_bandwidth
     ? (double) pending / st->flush_bandwidth : (pending ? -1 : 0);
   const struct field f[] = {
@@ -218,7 +260,10 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
       switch (f[i].kind) {
       case K_U64: put (&o, "%" PRIu64 "\n", f[i].u); break;
       case K_BOOL: put (&o, "%s\n", f[i].b ? "true" : "false"); break;
-      case K_STR: put (&o, "%s\n", f[i].s); break;
+      case K_STR:
+        put_text_string (&o, f[i].s, strlen (f[i].s));
+        put (&o, "\n");
+        break;
       case K_DBL: put (&o, "%.3f\n", f[i].d); break;
       }
     }

@@ -35,7 +35,20 @@ rb_bw_sample (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
   if (bw->samples++ == 0 || old == 0)
     rb_atomic_store (&bw->bps, (uint64_t) sample);
   else {
-    alpha = 1.0 - exp (-secs / RB_BW_TAU_S);
+    double tau = sample > old ? bw->tau_up : bw->tau_down;
+    alpha = 1.0 - exp (-secs / (tau > 0 ? tau : RB_BW_TAU_S));
     rb_atomic_store (&bw->bps, (uint64_t) (old + alpha * (sample - old)));
   }
+}
+
+void
+rb_bw_bound (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
+{
+  uint64_t bound;
+
+  if (elapsed_ns == 0)
+    return;
+  bound = (uint64_t) (bytes * 1e9 / elapsed_ns);
+  if (bound < rb_atomic_load (&bw->bps))
+    rb_atomic_store (&bw->bps, bound);
 }

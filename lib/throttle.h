@@ -26,6 +26,7 @@ struct rb_rate {
 struct rb_bw {
   uint64_t bps;           /* current estimate, 0: none yet */
   uint64_t samples;
+  double tau_up, tau_down;      /* seconds; 0: RB_BW_TAU_S */
 };
 
 /* Nanoseconds to wait before transferring 'bytes' (0: go now). */
@@ -35,5 +36,12 @@ extern uint64_t rb_rate_delay (struct rb_rate *r, uint64_t bytes,
 /* Record 'bytes' moved in 'elapsed_ns'. */
 extern void rb_bw_sample (struct rb_bw *bw, uint64_t bytes,
                           uint64_t elapsed_ns);
+
+/* 'bytes' in 'elapsed_ns' is an upper bound of the bandwidth (part of
+ * the work, with the slow part still to come): lower the estimate to it
+ * at once if it is below.
+ */
+extern void rb_bw_bound (struct rb_bw *bw, uint64_t bytes,
+                         uint64_t elapsed_ns);
 
 #endif /* RAMBACK_THROTTLE_H */

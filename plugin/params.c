@@ -187,6 +187,8 @@ ramback_config_key (const char *key, const char *value)
     return parse_int (key, value, 1, 64, &c->store.connections);
   else if (strcmp (key, "inflight") == 0)
     return parse_int (key, value, 1, 1024, &c->store.max_inflight);
+  else if (strcmp (key, "request-timeout") == 0)
+    return parse_int (key, value, 0, 86400, &c->store.request_timeout);
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);
@@ -209,6 +211,24 @@ ramback_config_check (void)
     nbdkit_error ("size= only applies to a backing file (an NBD export "
                   "has its own size)");
     return -1;
+  }
+  if (!rb_store_is_nbd_uri (c->store.uri)) {
+    /* They would be ignored: say so rather than run without them. */
+    const char *nbd_only =
+      c->store.tls_certificates ? "tls-certificates" :
+      c->store.tls_psk_file ? "tls-psk" :
+      c->store.tls_username ? "tls-username" :
+      c->store.tls_verify_peer != -1 ? "tls-verify" :
+      c->store.connections ? "connections" :
+      c->store.max_inflight ? "inflight" :
+      c->store.request_timeout ? "request-timeout" : NULL;
+
+    if (nbd_only) {
+      nbdkit_error ("%s= only applies to an NBD backing store (back=nbd://, "
+                    "nbds://, nbd+unix://...), and back=%s is a file or "
+                    "device: remove %s=", nbd_only, c->store.uri, nbd_only);
+      return -1;
+    }
   }
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "

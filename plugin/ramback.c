@@ -164,7 +164,10 @@ ramback_can_zero (void *handle)
   return 1;
 }
 
-/* Zeroing is a RAM operation, never slower than writing. */
+/* Zeroing is a RAM operation, never slower than writing, except where it
+ * must reach the store at once (writethrough, FUA with fsync=wait) and
+ * the store cannot zero cheaply: rb_zero refuses those with ENOTSUP.
+ */
 static int
 ramback_can_fast_zero (void *handle)
 {
@@ -180,7 +183,8 @@ ramback_can_cache (void *handle)
 static unsigned
 flags_of (uint32_t flags)
 {
-  return (flags & NBDKIT_FLAG_FUA) ? RB_FUA : 0;
+  return ((flags & NBDKIT_FLAG_FUA) ? RB_FUA : 0) |
+    ((flags & NBDKIT_FLAG_FAST_ZERO) ? RB_FAST_ZERO : 0);
 }
 
 static int

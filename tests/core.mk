@@ -13,6 +13,10 @@ core_tests = \
 	test-error-backing.sh \
 	test-acked-durable.sh \
 	test-zero-punch.sh \
+	test-ram-file.sh \
+	test-ram-tmpfs-full.sh \
+	test-ram-hugetlbfs.sh \
+	test-lock.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \

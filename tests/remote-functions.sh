@@ -9,13 +9,31 @@
 #                                 NAME it reuses the socket (same URI).
 #   start_qemu_nbd NAME FILE [ARGS]   qemu-nbd on a Unix socket, 8 clients
 #   start_nbd_server NAME FILE        Debian's nbd-server on 127.0.0.1
-#   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is gone
+#   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is
+#                                 gone; fails on a sanitizer report in
+#                                 its log (remote_log_clean NAME)
 #   (start_rb, stop_rb and fail are in functions.sh)
 #   rio ARGS...                   remote-io.py (data generator/checker)
 #   wait_status SOCK FIELD VALUE [SECONDS]
 #                                 poll "status json" until FIELD == VALUE
+#   wait_status_ge SOCK FIELD MIN [SECONDS]   ... until FIELD >= MIN
+#
+# The fault injecting test server (tests/faultdisk-plugin.c, commands
+# documented at its top):
+#   start_faultdisk NAME IMG [PARAMS...]
+#                                 nbdkit serving IMG with the faultdisk
+#                                 plugin, controlled through the
+#                                 directory $TMP/NAME.fd; sets what
+#                                 start_remote sets, plus NAME_fd
+#   fd_cmd NAME COMMAND...        run one command, print its data lines;
+#                                 fails on an error reply
+#   fd_field NAME KEY             one counter of "status"
+#   fd_wait NAME KEY VALUE [SECONDS]  poll "status" until KEY == VALUE
 
 rio () { /usr/bin/python3 "$top_srcdir/tests/remote-io.py" "$@"; }
+
+# Extra environment of the remote nbdkit (start_faultdisk sets it).
+_remote_env=(env)
 
 
 # Gone means gone or a zombie (the container's init may not reap).
@@ -54,7 +72,7 @@ start_remote () {
     local name=$1; shift
     local sock="$TMP/$name.rsock" pidf="$TMP/$name.rpid" log="$TMP/$name.rlog"
     rm -f "$sock" "$pidf"
-    nbdkit -f -v -U "$sock" -P "$pidf" "$@" >>"$log" 2>&1 &
+    "${_remote_env[@]}" nbdkit -f -v -U "$sock" -P "$pidf" "$@" >>"$log" 2>&1 &
     local i
     for (( i=0; i<300; i++ )); do
         [ -S "$sock" ] && [ -s "$pidf" ] && break
@@ -137,6 +155,18 @@ kill_remote () {
     _wait_gone "${!pidv}"
     # So that a restart does not race with the old socket file.
     [ -n "${!sockv:-}" ] && rm -f "${!sockv}"
+    remote_log_clean "$name"
+}
+
+# A faultdisk server runs with the build's sanitizers: fail on a report.
+remote_log_clean () {
+    local logv=${1}_log
+    if [ -n "${!logv:-}" ] &&
+       grep -E 'ERROR: (Address|Thread|Leak|Undefined)Sanitizer|runtime error:' \
+            "${!logv}" >&2; then
+        echo "sanitizer report in the log of the remote $1" >&2
+        return 1
+    fi
     return 0
 }
 
@@ -185,4 +215,75 @@ roundtrip () {
     rio check "${!urib}" "$model"
     stop_rb "${name}b"
     assert_same "$back" "$model"
+}
+
+wait_status_ge () {
+    local sock=$1 field=$2 min=$3 secs=${4:-60} i v=
+    for (( i=0; i<secs*10; i++ )); do
+        v=$(status_field "$sock" "$field" 2>/dev/null) || v=
+        [ -n "$v" ] && [ "$v" -ge "$min" ] && return 0
+        sleep 0.1
+    done
+    echo "status $field is '$v' after ${secs}s, expected >= $min" >&2
+    ctl "$sock" status >&2 || true
+    return 1
+}
+
+FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so"
+
+# start_faultdisk NAME IMG [PARAMS...]: the plugin is built with the
+# sanitizers of the build, so it is loaded like ramback's (nbdkit_env).
+start_faultdisk () {
+    local name=$1 img=$2; shift 2
+    local dir="$TMP/$name.fd"
+    [ -f "$FAULTDISK" ] || { echo "$FAULTDISK not built" >&2; return 1; }
+    mkdir -p "$dir"
+    _remote_env=("${nbdkit_env[@]}")
+    [ ${#_remote_env[@]} -gt 0 ] || _remote_env=(env)
+    start_remote "$name" "$FAULTDISK" file="$img" dir="$dir" "$@" ||
+        { _remote_env=(env); return 1; }
+    _remote_env=(env)
+    eval "${name}_fd=\$dir"
+}
+
+_fd_seq=0
+fd_cmd () {
+    local name=$1; shift
+    local dirv=${name}_fd dir cmd i
+    dir=${!dirv}
+    _fd_seq=$(( _fd_seq + 1 ))
+    cmd=$(printf 'c%06d-%d' "$_fd_seq" $$)
+    printf '%s\n' "$*" >"$dir/$cmd.tmp"
+    mv "$dir/$cmd.tmp" "$dir/$cmd.cmd"
+    for (( i=0; i<600; i++ )); do
+        [ -f "$dir/$cmd.reply" ] && break
+        sleep 0.05
+    done
+    if [ ! -f "$dir/$cmd.reply" ]; then
+        echo "faultdisk $name: no reply to '$*' in 30 s" >&2
+        return 1
+    fi
+    if [ "$(head -1 "$dir/$cmd.reply")" != ok ]; then
+        echo "faultdisk $name: '$*': $(head -1 "$dir/$cmd.reply")" >&2
+        rm -f "$dir/$cmd.reply"
+        return 1
+    fi
+    tail -n +2 "$dir/$cmd.reply"
+    rm -f "$dir/$cmd.reply"
+}
+
+fd_field () {
+    fd_cmd "$1" status | sed -n "s/^$2=//p"
+}
+
+fd_wait () {
+    local name=$1 key=$2 value=$3 secs=${4:-60} i v=
+    for (( i=0; i<secs*10; i++ )); do
+        v=$(fd_field "$name" "$key") || v=
+        [ "$v" = "$value" ] && return 0
+        sleep 0.1
+    done
+    echo "faultdisk $name: $key is '$v' after ${secs}s, expected '$value'" >&2
+    fd_cmd "$name" status >&2 || true
+    return 1
 }

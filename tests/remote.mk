@@ -14,6 +14,11 @@ remote_tests = \
 	test-remote-multiconn.sh \
 	test-remote-holes.sh \
 	test-remote-tls.sh \
+	test-fast-zero.sh \
+	test-faultdisk.sh \
+	test-sync-error.sh \
+	test-ups-drain.sh \
+	test-remote-stall.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
@@ -28,3 +33,13 @@ check_PROGRAMS += test-store-nbd
 test_store_nbd_SOURCES = test-store-nbd.c
 test_store_nbd_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/lib $(LIBNBD_CFLAGS)
 test_store_nbd_LDADD = $(top_builddir)/lib/libramback.la $(LIBNBD_LIBS) $(PTHREAD_LIBS)
+
+# faultdisk: an nbdkit plugin for tests that injects faults on command
+# (stalls, failures, a volatile write cache with power cuts); see the
+# top of faultdisk-plugin.c.  Built for the tests only, never installed.
+check_LTLIBRARIES = nbdkit-faultdisk-plugin.la
+nbdkit_faultdisk_plugin_la_SOURCES = faultdisk-plugin.c
+nbdkit_faultdisk_plugin_la_CPPFLAGS = -I$(top_builddir) $(NBDKIT_CFLAGS)
+nbdkit_faultdisk_plugin_la_LDFLAGS = \
+	$(AM_LDFLAGS) -module -avoid-version -shared -no-undefined \
+	-rpath $(abs_builddir)

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# ram= only ever overwrites a RAM image that ramback created.
+#
+# Refused, with every file involved unchanged (SHA-256): ram= naming the
+# backing file itself, a hard link to it, a symlink to it, a symlink to
+# an unrelated file, a dangling symlink (nothing is created at its
+# target), an unrelated file, a file with a second hard link, an empty
+# file, a directory, a character device, and a RAM image that another
+# running ramback uses (the message names its pid).
+# Accepted: a path that does not exist (created with a RAMBACK-IMAGE
+# header, state IN_USE while running, the image at the header's offset
+# holds the device; removed after a clean stop), and an image left by a
+# ramback that was killed (taken over, reloaded from the backing store,
+# generation incremented), but only by its owner's uid.
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+
+back="$TMP/back.img"
+back2="$TMP/back2.img"
+other="$TMP/other.txt"
+py -c '
+import random, sys
+open (sys.argv[1], "wb").write (random.Random (7).randbytes (8 << 20))
+open (sys.argv[2], "wb").write (random.Random (8).randbytes (4 << 20))
+open (sys.argv[3], "w").write ("precious notes\n" * 1000)' \
+    "$back" "$back2" "$other"
+protect "$back" "$back2" "$other"
+b="back=$back"
+
+# header FILE: the RAM image header as "key=value" lines (the layout is
+# described in lib/ramimage.h).
+header () {
+    py - "$1" <<'EOF'
+import struct, sys
+h = open (sys.argv[1], "rb").read (4096)
+if len (h) < 256 or h[:16] != b"RAMBACK-IMAGE\0\0\0":
+    print ("magic=none")
+    sys.exit (0)
+(version, hsize, state, chunk, devsize, imgoff, imgsize, mapoff, mapsize,
+ bsize) = struct.unpack_from ("<IIIIQQQQQQ", h, 16)
+uuid = h[80:96].hex ()
+gen, bdev, bino, bsz, bkind = struct.unpack_from ("<QQQQI", h, 96)
+uri = h[144:144 + 1024].split (b"\0")[0].decode ()
+state = {1: "CREATING", 2: "IN_USE", 3: "CLEAN_STOP"}.get (state, state)
+for k, v in (("magic", "ok"), ("version", version), ("state", state),
+             ("chunk_size", chunk), ("device_size", devsize),
+             ("image_offset", imgoff), ("image_size", imgsize),
+             ("map_offset", mapoff), ("map_size", mapsize),
+             ("block_size", bsize), ("uuid", uuid), ("generation", gen),
+             ("back_dev", bdev), ("back_ino", bino), ("back_size", bsz),
+             ("back_kind", bkind), ("back", uri)):
+    print ("%s=%s" % (k, v))
+EOF
+}
+hfield () { header "$1" | sed -n "s/^$2=//p"; }
+
+same='same file as back=|is the backing store'
+expect_fail "ram= is back="             "$same" "$b" ram="$back"
+ln "$back" "$TMP/hardlink.img"
+expect_fail "ram= a hard link to back=" "$same" "$b" ram="$TMP/hardlink.img"
+ln -s "$back" "$TMP/symlink-back"
+expect_fail "ram= a symlink to back="   "$same|symbolic link" "$b" ram="$TMP/symlink-back"
+ln -s "$other" "$TMP/symlink-other"
+expect_fail "ram= a symlink to another file" "symbolic link" "$b" ram="$TMP/symlink-other"
+ln -s "$TMP/nowhere.img" "$TMP/dangling"
+expect_fail "ram= a dangling symlink"   "symbolic link" "$b" ram="$TMP/dangling"
+[ ! -e "$TMP/nowhere.img" ] || fail "a ram= file was created through a symlink"
+expect_fail "ram= an unrelated file"    "not a ramback RAM image" "$b" ram="$other"
+ln "$other" "$TMP/other-link"
+expect_fail "ram= a file with 2 links"  "hard links|not a ramback RAM image" "$b" ram="$TMP/other-link"
+: > "$TMP/empty"
+expect_fail "ram= an empty file"        "not a ramback RAM image" "$b" ram="$TMP/empty"
+[ -f "$TMP/empty" ] && [ ! -s "$TMP/empty" ] || fail "the empty file was changed"
+mkdir "$TMP/dir"
+expect_fail "ram= a directory"          "not a regular file" "$b" ram="$TMP/dir"
+expect_fail "ram= a character device"   "not a regular file" "$b" ram=/dev/null
+[ -c /dev/null ] || fail "/dev/null is no longer a character device"
+
+# A new path: created with our header, removed after a clean stop.
+ram="$TMP/ram.img"
+start_rb a -- "$b" ram="$ram"
+ctl "$a_ctl" wait-populated 60000 >/dev/null
+header "$ram"
+[ "$(hfield "$ram" magic)" = ok ] || fail "no RAMBACK-IMAGE header in ram="
+[ "$(hfield "$ram" state)" = IN_USE ] || fail "state is not IN_USE while running"
+[ "$(hfield "$ram" device_size)" = $((8 << 20)) ] || fail "wrong device_size"
+[ "$(hfield "$ram" back)" = "$back" ] || fail "the header does not name back="
+[ "$(hfield "$ram" back_ino)" = "$(stat -c %i "$back")" ] || fail "wrong back_ino"
+[ "$(hfield "$ram" generation)" = 1 ] || fail "generation of a new file is not 1"
+off=$(hfield "$ram" image_offset)
+[ $((off % 4096)) -eq 0 ] && [ "$off" -ge 4096 ] || fail "image_offset $off"
+[ "$(stat -c %a "$ram")" = 600 ] || fail "ram= file mode is not 0600"
+# The image sits at image_offset: it holds the device (== back=).
+py - "$ram" "$off" "$back" <<'EOF'
+import sys
+import model as M
+ram, off, back = sys.argv[1], int (sys.argv[2]), sys.argv[3]
+want = open (back, "rb").read ()
+with open (ram, "rb") as f:
+    f.seek (off)
+    got = f.read (len (want))
+d = M.first_diff (got, want)
+if d != -1:
+    M.fail ("the image in ram= differs from back= at %d" % d)
+print ("image at offset %d of ram= == back=" % off)
+EOF
+uuid1=$(hfield "$ram" uuid)
+
+# In use by the running instance: refused, naming it.
+expect_fail "ram= in use by another ramback" "in use.*pid $a_pid" \
+    back="$back2" ram="$ram"
+[ "$(hfield "$ram" state)" = IN_USE ] || fail "the refused start changed the header"
+
+py - "$a_uri" <<'EOF'
+import sys
+import model as M
+h = M.connect (sys.argv[1])
+h.pwrite (b"written through ram=" * 1000, 123456)
+h.flush ()
+h.shutdown ()
+EOF
+stop_rb a
+[ ! -e "$ram" ] || fail "ram= file left behind after a clean stop"
+py -c '
+import sys
+b = open (sys.argv[1], "rb").read ()
+assert b[123456:123456 + 20000] == b"written through ram=" * 1000, "write lost"
+' "$back"
+echo "ok: created, used, removed at a clean stop; the write reached back="
+
+# A RAM image left by a killed ramback is taken over by the next one.
+protect_clear
+protect "$back" "$back2" "$other"
+start_rb k -- "$b" ram="$ram"
+ctl "$k_ctl" wait-populated 60000 >/dev/null
+kill -9 "$k_pid"
+wait "$k_job" || true
+[ "$(hfield "$ram" state)" = IN_USE ] || fail "killed: state is not IN_USE"
+if [ "$(id -u)" = 0 ]; then
+    chown 65534 "$ram"
+    expect_fail "leftover image of another uid" "owned by uid 65534" "$b" ram="$ram"
+    chown 0 "$ram"
+fi
+start_rb t -- "$b" ram="$ram"
+ctl "$t_ctl" wait-populated 60000 >/dev/null
+grep -E "taking over" "$t_log" || fail "no message about taking over the old image"
+[ "$(hfield "$ram" state)" = IN_USE ] || fail "taken over: state is not IN_USE"
+[ "$(hfield "$ram" generation)" = 2 ] || fail "taken over: generation is not 2"
+[ "$(hfield "$ram" uuid)" != "$uuid1" ] || fail "taken over: same uuid"
+py - "$t_uri" "$back" <<'EOF'
+import sys
+import model as M
+m = M.Model.from_file (sys.argv[2])
+h = M.connect (sys.argv[1])
+m.check_nbd (h, "device after taking over a leftover image")
+h.shutdown ()
+EOF
+stop_rb t
+[ ! -e "$ram" ] || fail "ram= file left behind after a clean stop"
+echo "$ncases refusals, every file unchanged; new and leftover images used"
