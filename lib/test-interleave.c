@@ -39,6 +39,7 @@
 /* --- which condition variables the core's threads wait on ------------- */
 
 extern int __real_pthread_cond_wait (pthread_cond_t *c, pthread_mutex_t *m);
+extern int __real_pthread_mutex_lock (pthread_mutex_t *m);
 extern int __real_pthread_cond_timedwait (pthread_cond_t *c,
                                           pthread_mutex_t *m,
                                           const struct timespec *t);
@@ -89,9 +90,26 @@ waiters (const void *c)
   return n;
 }
 
+int __wrap_pthread_mutex_lock (pthread_mutex_t *m);
 int __wrap_pthread_cond_wait (pthread_cond_t *c, pthread_mutex_t *m);
 int __wrap_pthread_cond_timedwait (pthread_cond_t *c, pthread_mutex_t *m,
                                    const struct timespec *t);
+
+/* A thread that blocks on a locked mutex counts as waiting on it too
+ * (the core serialises store syncs with a mutex).
+ */
+int
+__wrap_pthread_mutex_lock (pthread_mutex_t *m)
+{
+  int r;
+
+  if (m == &waits_lock || pthread_mutex_trylock (m) == 0)
+    return m == &waits_lock ? __real_pthread_mutex_lock (m) : 0;
+  note_wait (m, 1);
+  r = __real_pthread_mutex_lock (m);
+  note_wait (m, -1);
+  return r;
+}
 
 int
 __wrap_pthread_cond_wait (pthread_cond_t *c, pthread_mutex_t *m)
@@ -724,7 +742,18 @@ test_sync_error_fua (void)
   job_start (&j1);
   wait_gate_job (g1, &j1, "W1's FUA write to sync");
   job_start (&j2);
-  ts_wait_count (f.ts, &m2, 1, "W2's sync to start behind W1's");
+  /* W2's sync either reaches the store while W1's is held there, or
+   * waits its turn in the core (syncs serialised): either way it has
+   * started behind W1's.
+   */
+  {
+    gint64 end = g_get_monotonic_time () + 120 * G_USEC_PER_SEC;
+    while (ts_count (f.ts, &m2) < 1 && waiters (&f.rb->sync_lock) < 1) {
+      if (g_get_monotonic_time () > end)
+        g_error ("W2's sync never started");
+      g_usleep (1000);
+    }
+  }
   ts_gate_open (g1);                    /* fails: W1 and W2 dropped */
   /* Let the flusher go too (a fix may wait for it): nothing it does
    * can bring W2's data back to the store, only writing W2 again can.

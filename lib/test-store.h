@@ -55,7 +55,7 @@
  * dropped with the rest), and a sync that waited behind a failing one
  * reports success with its data gone.
  */
-#define KNOWN_BUG_SYNC_ERROR_RACE 1
+#define KNOWN_BUG_SYNC_ERROR_RACE 0
 
 /* True if a test of this known bug must be skipped (and skips it). */
 extern bool ts_skip_known_bug (int known, const char *what);
