@@ -748,6 +748,24 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
   return RESUME;
 }
 
+/* resume=force: from now on the image is the one of this backing
+ * store (it is written back over it in full).
+ */
+static void
+adopt_store (struct ramimage *ri, const struct ramimage_params *p)
+{
+  struct ramimage_header h = *header_of (ri);
+
+  h.back_dev = htole64 (p->back_id.dev);
+  h.back_ino = htole64 (p->back_id.ino);
+  h.back_kind = htole32 (p->back_id.kind);
+  memset (h.back_uri, 0, sizeof h.back_uri);
+  snprintf (h.back_uri, sizeof h.back_uri, "%s",
+            p->back_uri ? p->back_uri : "");
+  h.header_crc = htole32 (header_crc (&h));
+  memcpy (header_of (ri), &h, sizeof h);
+}
+
 static int
 open_file (struct ramimage *ri, const struct ramimage_params *p)
 {
@@ -871,6 +889,8 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
     ri->source = RAMIMAGE_POPULATED;
     write_header (ri, p, &l, generation);
   }
+  else if (ri->rewrite_all)
+    adopt_store (ri, p);
   rb_log ("ram=%s: %s, image of %" PRIu64 " bytes at offset %" PRIu64
           " in %" PRIu64 "-byte blocks, %s", p->path,
           ri->created ? "created" : d == RESUME
