@@ -352,6 +352,9 @@ def run (rng, back, ram, model):
             stats["clean stops"] += 1
             model.check_file (back, "backing file after a clean stop")
             server = Server (back, ram, config (rng))
+            h = M.connect (server.uri)
+            model.check_nbd (h, "device after a clean stop and resume")
+            h.shutdown ()
             st = server.status ()
             if (st.get ("image_source") != "resumed-clean"
                     or st.get ("resumed_chunks_to_write") != 0):
@@ -359,9 +362,6 @@ def run (rng, back, ram, model):
                         "resumed_chunks_to_write %s"
                         % (st.get ("image_source"),
                            st.get ("resumed_chunks_to_write")))
-            h = M.connect (server.uri)
-            model.check_nbd (h, "device after a clean stop and resume")
-            h.shutdown ()
             continue
         if kind < 0.24:
             # Kill during a populate: clean stop, throw the image away,

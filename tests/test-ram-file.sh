@@ -144,6 +144,8 @@ start_rb k -- "$b" ram="$ram"
 [ "$(status_field "$k_ctl" populated)" = true ] || fail "a resumed image is not populated at once"
 [ "$(status_field "$k_ctl" loaded_bytes)" = 0 ] || fail "a clean resume read the backing store"
 [ "$(status_field "$k_ctl" resumed_chunks_to_write)" = 0 ] || fail "a clean resume has chunks to write"
+ramback status "$k_ctl" | grep -E '^image: +resumed after a clean stop \(128 chunks kept, 0 written back at start\)$' ||
+    fail "ramback status does not show the resume"
 [ "$(hfield "$ram" uuid)" = "$uuid1" ] || fail "resumed: the uuid changed"
 [ "$(hfield "$ram" generation)" = 1 ] || fail "resumed: the generation changed"
 kill -9 "$k_pid"
