@@ -150,11 +150,13 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
   return moved;
 }
 
-/* After RAM changed. */
+/* After RAM changed.  premoved: what premark_dirty() moved (the
+ * flusher is kicked if either moved a chunk).
+ */
 static void
-mark_dirty (struct rb *rb, const struct req *r)
+mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
 {
-  if (move_dirty (rb, r, CS_BIT (CS_EMPTY)))
+  if (move_dirty (rb, r, CS_BIT (CS_EMPTY)) + premoved)
     rb_flusher_kick (rb);
 }
 
@@ -162,11 +164,10 @@ mark_dirty (struct rb *rb, const struct req *r)
  * middle of the copy must find the chunks dirty.  EMPTY chunks stay
  * EMPTY until the copy is complete (a resume loads them again).
  */
-static void
+static uint64_t
 premark_dirty (struct rb *rb, const struct req *r)
 {
-  if (rb->nb)
-    move_dirty (rb, r, 0);
+  return rb->nb ? move_dirty (rb, r, 0) : 0;
 }
 
 /* Writers wait while dirty + in-flight + unsynced data is over the
@@ -270,7 +271,7 @@ static int
 slow_path (struct rb *rb, const struct req *r)
 {
   struct rl_node node;
-  uint64_t start, end;
+  uint64_t start, end, pre;
 
   range_of (rb, r->c0, r->c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
@@ -278,9 +279,9 @@ slow_path (struct rb *rb, const struct req *r)
     rangelock_release (&rb->rl, &node);
     return -1;
   }
-  premark_dirty (rb, r);
+  pre = premark_dirty (rb, r);
   apply (rb, r);
-  mark_dirty (rb, r);
+  mark_dirty (rb, r, pre);
   rangelock_release (&rb->rl, &node);
   rb_check_populated (rb);
   return 0;
@@ -289,6 +290,8 @@ slow_path (struct rb *rb, const struct req *r)
 static int
 do_write (struct rb *rb, const struct req *r)
 {
+  uint64_t pre;
+
   if (rb_tracing (rb))
     rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
             r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
@@ -310,9 +313,9 @@ do_write (struct rb *rb, const struct req *r)
   rb_throttle (rb);
   if (!loaded (rb, r->c0, r->c1))
     return slow_path (rb, r);
-  premark_dirty (rb, r);
+  pre = premark_dirty (rb, r);
   apply (rb, r);
-  mark_dirty (rb, r);
+  mark_dirty (rb, r, pre);
   return 0;
 }
 

@@ -125,6 +125,14 @@ h.pwrite (b"written through ram=" * 1000, 123456)
 h.flush ()
 h.shutdown ()
 EOF
+# Written back without a sync or a stop asking for it.
+for (( i=0; i<600; i++ )); do
+    [ "$(status_field "$a_ctl" dirty_chunks)" = 0 ] &&
+        [ "$(status_field "$a_ctl" stored_bytes)" -gt 0 ] && break
+    sleep 0.1
+done
+[ "$(status_field "$a_ctl" dirty_chunks)" = 0 ] ||
+    fail "the write to a ram= image is not written back: $(ctl "$a_ctl" status)"
 stop_rb a
 [ "$(hfield "$ram" state)" = CLEAN_STOP ] || fail "state is not CLEAN_STOP after a clean stop"
 [ "$(hfield "$ram" back_mtime)" = "$(stat -c %Y "$back")" ] ||
