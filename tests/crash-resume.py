@@ -22,8 +22,18 @@ cycles end in a clean stop instead: then the backing file must equal
 the model, and the next start resumes with nothing to write.  The run
 ends with a clean stop and the same comparison.
 
+With FAULTDISK (the path of tests' faultdisk plugin) the backing store
+is that plugin serving the backing file over NBD, and most kills are
+forced rather than timed: a FLUSH (the sync that ends a write back
+sweep, or a FUA/FLUSH with fsync=wait) or a write back write is held
+by the server, ramback is killed while it waits for it, and the held
+request is then applied or failed.  Before the restart the driver
+waits until the server has no connection left, so that nothing of the
+dead ramback lands after the new one started.
+
 Environment: PLUGIN, NBDKIT, NBDKIT_PRELOAD (sanitizer runtime), TMP,
-RAMDIR (a tmpfs), CHUNK, SIZE, SECONDS (time budget) or CYCLES, SEED.
+RAMDIR (a tmpfs), CHUNK, SIZE, SECONDS_BUDGET (time budget) or CYCLES,
+SEED, FAULTDISK.
 """
 
 import os
@@ -48,6 +58,84 @@ SIZE = int (os.environ.get ("SIZE", str (4 * M.MiB + 52345)))
 SECONDS = float (os.environ.get ("SECONDS_BUDGET", "45"))
 CYCLES = int (os.environ.get ("CYCLES", "0"))
 MAXLEN = 256 * M.KiB
+FAULTDISK = os.environ.get ("FAULTDISK", "")
+
+
+def nbdkit_env ():
+    env = dict (os.environ)
+    if PRELOAD:
+        env["LD_PRELOAD"] = PRELOAD
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+    return env
+
+
+class FaultDisk:
+    """The faultdisk test plugin serving the backing file over NBD;
+    commands through files in a directory (tests/faultdisk-plugin.c)."""
+
+    def __init__ (self, img):
+        self.dir = os.path.join (TMP, "fd")
+        os.makedirs (self.dir, exist_ok=True)
+        self.sock = os.path.join (TMP, "fd.sock")
+        self.log = os.path.join (TMP, "fd.log")
+        self.seq = 0
+        self.p = subprocess.Popen ([NBDKIT, "-f", "-v", "-U", self.sock,
+                                    FAULTDISK, "file=" + img,
+                                    "dir=" + self.dir],
+                                   stdout=open (self.log, "w"),
+                                   stderr=subprocess.STDOUT,
+                                   env=nbdkit_env ())
+        deadline = time.monotonic () + 60
+        while not os.path.exists (self.sock):
+            if self.p.poll () is not None or time.monotonic () > deadline:
+                M.fail ("faultdisk did not start")
+            time.sleep (0.02)
+        self.uri = "nbd+unix:///?socket=" + self.sock
+
+    def cmd (self, line):
+        self.seq += 1
+        name = os.path.join (self.dir, "c%06d" % self.seq)
+        with open (name + ".tmp", "w") as f:
+            f.write (line + "\n")
+        os.rename (name + ".tmp", name + ".cmd")
+        deadline = time.monotonic () + 60
+        while not os.path.exists (name + ".reply"):
+            if self.p.poll () is not None or time.monotonic () > deadline:
+                self.fail ("no reply to %r" % line)
+            time.sleep (0.005)
+        with open (name + ".reply") as f:
+            lines = f.read ().splitlines ()
+        os.unlink (name + ".reply")
+        if not lines or lines[0] != "ok":
+            M.fail ("faultdisk: %r: %s" % (line, lines[:1]))
+        return lines[1:]
+
+    def status (self):
+        return dict (l.split ("=", 1) for l in self.cmd ("status"))
+
+    def wait_for (self, key, value, timeout=120):
+        deadline = time.monotonic () + timeout
+        while self.status ().get (key) != value:
+            if time.monotonic () > deadline:
+                M.fail ("faultdisk: %s is not %s after %d s: %s"
+                        % (key, value, timeout, self.status ()))
+            time.sleep (0.01)
+
+    def fail (self, msg):
+        with open (self.log) as f:
+            tail = f.readlines ()[-30:]
+        M.fail ("faultdisk: %s (%s); end of its log:\n%s"
+                % (msg, "running" if self.p.poll () is None
+                   else "exited with status %d" % self.p.returncode,
+                   "".join (tail)))
+
+    def stop (self):
+        self.p.send_signal (signal.SIGTERM)
+        try:
+            self.p.wait (timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill ()
+            self.fail ("did not exit after SIGTERM")
 
 
 class Server:
@@ -64,10 +152,7 @@ class Server:
         for f in (self.sock, self.ctl, self.pidf):
             if os.path.exists (f):
                 os.unlink (f)
-        env = dict (os.environ)
-        if PRELOAD:
-            env["LD_PRELOAD"] = PRELOAD
-            env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+        env = nbdkit_env ()
         args = [NBDKIT, "-f", "-v", "-U", self.sock, "-P", self.pidf, PLUGIN,
                 "back=" + back, "ram=" + ram, "chunk=%d" % CHUNK,
                 "control=" + self.ctl] + extra
@@ -200,19 +285,37 @@ class Workload:
                 self.counts[op] = self.counts.get (op, 0) + 1
                 del self.inflight[w]
 
-    def run_until_killed (self, server, delay):
+    def run_until_killed (self, server, delay, fd=None, hold=None):
+        """Run, then kill -9 the server: after 'delay' seconds, or with
+        fd and hold (a faultdisk request type), as soon as the server
+        holds such a request of ours (or after 'delay' at the latest).
+        Returns whether a held request was what the kill interrupted."""
         seed = self.rng.randrange (1 << 30)
+        if hold:
+            fd.cmd ("stall %s nth=%d" % (hold, self.rng.randint (1, 3)))
         ts = [threading.Thread (target=self.worker,
                                 args=(w, server.uri, seed + w))
               for w in (0, 1)]
         for t in ts:
             t.start ()
-        time.sleep (delay)
+        held = False
+        deadline = time.monotonic () + delay
+        while time.monotonic () < deadline:
+            if hold and fd.status ().get ("held", "0") != "0":
+                held = True
+                break
+            time.sleep (0.005 if hold else deadline - time.monotonic ())
         server.kill ()
+        if fd:
+            # The held request lands now, or never; then nothing of the
+            # dead ramback is left on the server.
+            fd.cmd ("release all %s" % self.rng.choice (("apply", "fail")))
+            fd.wait_for ("connections", "0")
         for t in ts:
             t.join ()
         if self.errors:
             M.fail (self.errors[0])
+        return held
 
     def run_then_stop (self, server, delay):
         """Run, then let the requests in flight finish: nothing is in
@@ -307,11 +410,14 @@ def main ():
     ram = os.path.join (RAMDIR, "ramback-crash-%d-%d.img"
                         % (os.getpid (), CHUNK))
     model = M.make_sparse_image (back, SIZE, rng, 12, maxlen=512 * M.KiB)
+    fd = FaultDisk (back) if FAULTDISK else None
     try:
-        run (rng, back, ram, model)
+        run (rng, back, ram, model, fd)
     finally:
         if os.path.exists (ram):
             os.unlink (ram)
+        if fd:
+            fd.stop ()
 
 
 def config (rng):
@@ -326,11 +432,14 @@ def config (rng):
     return extra
 
 
-def run (rng, back, ram, model):
+def run (rng, back_file, ram, model, fd):
     t0 = time.monotonic ()
+    back = fd.uri if fd else back_file
     stats = {"kills": 0, "clean stops": 0, "populate kills": 0,
              "writethrough kills": 0, "kills with data to write back": 0,
-             "chunks written back at resume": 0, "ops": 0}
+             "chunks written back at resume": 0,
+             "kills with a sync held": 0, "kills with a store held": 0,
+             "ops": 0}
     wl = Workload (model, rng, False)
     server = Server (back, ram, config (rng))
     st = server.status ()
@@ -350,7 +459,7 @@ def run (rng, back, ram, model):
             wl.run_then_stop (server, rng.uniform (0.05, 0.5))
             server.stop ()
             stats["clean stops"] += 1
-            model.check_file (back, "backing file after a clean stop")
+            model.check_file (back_file, "backing file after a clean stop")
             server = Server (back, ram, config (rng))
             h = M.connect (server.uri)
             model.check_nbd (h, "device after a clean stop and resume")
@@ -369,16 +478,24 @@ def run (rng, back, ram, model):
             # what is still EMPTY.
             wl.run_then_stop (server, 0.05)
             server.stop ()
-            model.check_file (back, "backing file after a clean stop")
+            model.check_file (back_file, "backing file after a clean stop")
             server = Server (back, ram, config (rng) +
                              ["resume=discard", "populate-rate=1M"])
             stats["populate kills"] += 1
             delay = rng.uniform (0.05, 1.5)
+            populating = True
         else:
             delay = rng.uniform (0.02, 1.0)
+            populating = False
             if "mode=writethrough" in server.args:
                 stats["writethrough kills"] += 1
-        wl.run_until_killed (server, delay)
+        hold = None
+        if fd and not populating and rng.random () < 0.7:
+            hold = rng.choice (("flush", "write"))
+            delay = 5.0
+        if wl.run_until_killed (server, delay, fd, hold):
+            stats["kills with a %s held"
+                  % ("sync" if hold == "flush" else "store")] += 1
         stats["kills"] += 1
         server = Server (back, ram, config (rng))
         h = M.connect (server.uri)
@@ -395,10 +512,11 @@ def run (rng, back, ram, model):
         h.shutdown ()
     wl.run_then_stop (server, 0.2)
     server.stop ()
-    model.check_file (back, "backing file after the final clean stop")
+    model.check_file (back_file, "backing file after the final clean stop")
     stats["ops"] = sum (wl.counts.values ())
-    M.log ("chunk %d, size %d: %d cycles in %.0f s: %s; requests %s"
-           % (CHUNK, SIZE, cycle - 1, time.monotonic () - t0, stats,
+    M.log ("%schunk %d, size %d: %d cycles in %.0f s: %s; requests %s"
+           % ("NBD backing store (faultdisk), " if fd else "",
+              CHUNK, SIZE, cycle - 1, time.monotonic () - t0, stats,
               wl.counts))
 
 

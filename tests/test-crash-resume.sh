@@ -30,3 +30,14 @@ for chunk in 4096 65536; do
         SECONDS_BUDGET="${CRASH_SECONDS:-40}" \
         py "$top_srcdir/tests/crash-resume.py"
 done
+
+# The same through an NBD backing store, the faultdisk test plugin,
+# which holds a sync or a write back write of ours on command: most
+# kills then land exactly while one is in flight.
+for chunk in 4096 65536; do
+    PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
+        TMP="$TMP" RAMDIR="$ramdir" CHUNK=$chunk \
+        FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so" \
+        SECONDS_BUDGET="${CRASH_SECONDS:-40}" \
+        py "$top_srcdir/tests/crash-resume.py"
+done
