@@ -100,6 +100,10 @@ struct rb {
    *     write in flight across a failure is re-dirtied instead.  A sync
    *     succeeds for a caller only if fail_gen still has the value the
    *     caller read before its writes: no failure came in between.
+   *   - A good sync retires NB bits (resume.c) under ranges it takes
+   *     while holding sync_lock: nobody who holds a range ever waits for
+   *     sync_lock (writethrough and the flusher sync after releasing
+   *     theirs), so sync_lock before a range is deadlock free.
    */
   rb_mutex sync_lock;
   struct rb_extents unsynced;   /* [lock] */
