@@ -74,10 +74,12 @@ class FaultDisk:
     commands through files in a directory (tests/faultdisk-plugin.c)."""
 
     def __init__ (self, img):
-        self.dir = os.path.join (TMP, "fd")
+        self.dir = os.path.join (TMP, "fd-%d" % CHUNK)
         os.makedirs (self.dir, exist_ok=True)
-        self.sock = os.path.join (TMP, "fd.sock")
-        self.log = os.path.join (TMP, "fd.log")
+        self.sock = os.path.join (TMP, "fd-%d.sock" % CHUNK)
+        self.log = os.path.join (TMP, "fd-%d.log" % CHUNK)
+        if os.path.exists (self.sock):
+            os.unlink (self.sock)
         self.seq = 0
         self.p = subprocess.Popen ([NBDKIT, "-f", "-v", "-U", self.sock,
                                     FAULTDISK, "file=" + img,
