@@ -36,6 +36,10 @@
  * that succeeded started.  A sweep with any failure fails the tickets
  * it covers, so FLUSH keeps failing until one full sweep, writes and
  * sync, succeeds.
+ *
+ * Resume (resume.c): with a ram= file, step 3 is preceded by setting
+ * the chunks' NB bits ("may differ from the store"), and a good sync
+ * retires the NB bits of what it covered (rb_nb_retire).
  */
 
 #include <config.h>
@@ -171,6 +175,9 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t *written)
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
     unsigned from = runs[i].kind == CS_ZERO ? CS_BIT (CS_ZERO) : CS_ANY_DIRTY;
 
+    /* With resume: the chunk is "not durable" before it is CLEAN. */
+    if (rb->nb)
+      rb_nb_set (rb, runs[i].first, runs[i].n);
     runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
                                    from, CS_CLEAN, NULL);
     rb_atomic_add (&rb->inflight_chunks, runs[i].taken);
@@ -568,6 +575,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
   }
   if (rb->store->ops->flush (rb->store) == 0) {
     rb_atomic_add (&rb->syncs, 1);
+    rb_nb_retire (rb, &snap);
     retire (rb, &snap);
     free (snap.v);
     return 0;

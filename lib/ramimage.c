@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@
 #endif
 
 _Static_assert (offsetof (struct ramimage_header, back_uri) == 144,
+                "the RAM image header layout is part of the file format");
+_Static_assert (offsetof (struct ramimage_header, header_crc) == 1240,
                 "the RAM image header layout is part of the file format");
 _Static_assert (sizeof (struct ramimage_header) <= RAMIMAGE_HEADER_SIZE,
                 "the RAM image header fits its block");
@@ -88,7 +91,9 @@ same_as_back (const struct stat *st, const struct rb_store_id *id)
   }
 }
 
-/* Read the header of a file that may be ours; refuse it if it is not. */
+/* Read the header of a file that may be ours; refuse it if it is not
+ * (no RAMBACK-IMAGE magic).  Its version is judged later (decide).
+ */
 static int
 read_header (int fd, const char *path, uint64_t file_size,
              struct ramimage_header *h)
@@ -96,14 +101,14 @@ read_header (int fd, const char *path, uint64_t file_size,
   ssize_t r = 0;
 
   memset (h, 0, sizeof *h);
-  if (file_size >= sizeof *h) {
+  if (file_size >= 256) {
     r = pread (fd, h, sizeof *h, 0);
     if (r == -1) {
       rb_set_error (errno, "ram=%s: pread of its header", path);
       return -1;
     }
   }
-  if (r < (ssize_t) sizeof *h || memcmp (h->magic, RAMIMAGE_MAGIC, 16) != 0) {
+  if (r < 256 || memcmp (h->magic, RAMIMAGE_MAGIC, 16) != 0) {
     char what[96];
 
     if (file_size == 0)
@@ -114,16 +119,8 @@ read_header (int fd, const char *path, uint64_t file_size,
     rb_set_error (EEXIST, "ram=%s exists and is not a ramback RAM image "
                   "(%s): ramback never overwrites a file it did not "
                   "create; give ram= a path that does not exist yet "
-                  "(ramback creates it, and removes it at a clean stop), "
-                  "or remove this file if nothing needs it", path, what);
-    return -1;
-  }
-  if (le32toh (h->version) != RAMIMAGE_VERSION) {
-    rb_set_error (EPROTO, "ram=%s is a RAM image of format %" PRIu32
-                  ", which this ramback (format %d) does not know: it "
-                  "was made by another version of ramback; remove it if "
-                  "that one no longer runs", path, le32toh (h->version),
-                  RAMIMAGE_VERSION);
+                  "(ramback creates it), or remove this file if nothing "
+                  "needs it", path, what);
     return -1;
   }
   h->back_uri[sizeof h->back_uri - 1] = '\0';
@@ -283,28 +280,29 @@ open_existing (struct ramimage *ri, const struct ramimage_params *p,
 }
 
 static void
-log_takeover (const char *path, const struct ramimage_header *old)
+log_takeover (const char *path, const struct ramimage_header *old,
+              const char *why)
 {
   uint32_t state = le32toh (old->state);
   uint64_t gen = le64toh (old->generation);
 
   if (state == RAMIMAGE_IN_USE)
     rb_warn ("ram=%s: taking over the RAM image of a ramback that did not "
-             "stop cleanly (generation %" PRIu64 ", back=%s): whatever it "
-             "had not written back is lost; the image is loaded again "
-             "from back=", path, gen, old->back_uri);
+             "stop cleanly (generation %" PRIu64 ", back=%s; %s): whatever "
+             "it had not written back is lost; the image is loaded again "
+             "from back=", path, gen, old->back_uri, why);
   else
     rb_log ("ram=%s: taking over the RAM image left by an earlier ramback "
-            "(%s, generation %" PRIu64 ", back=%s); it is loaded again from "
-            "back=", path,
+            "(%s, generation %" PRIu64 ", back=%s; %s); it is loaded again "
+            "from back=", path,
             state == RAMIMAGE_CLEAN_STOP ? "stopped cleanly" : "never used",
-            gen, old->back_uri);
+            gen, old->back_uri, why);
 }
 
 /* ---- The ram= file: layout, reservation, header. ---- */
 
 struct layout {
-  uint64_t map_offset, map_size;
+  uint64_t map_offset, map_size, nb_offset, nb_size;
   bool hugetlbfs, tmpfs;
   uint64_t free_bytes;
 };
@@ -330,8 +328,10 @@ plan_layout (struct ramimage *ri, const struct ramimage_params *p,
     chunk = 65536;
   nchunks = (p->size + chunk - 1) / chunk;
   l->map_offset = RAMIMAGE_HEADER_SIZE;
-  l->map_size = round_up ((nchunks + 3) / 4, 4096);
-  ri->image_offset = round_up (l->map_offset + l->map_size, ri->block);
+  l->map_size = round_up ((nchunks + 31) / 32 * 8, 4096);
+  l->nb_offset = l->map_offset + l->map_size;
+  l->nb_size = round_up ((nchunks + 63) / 64 * 8, 4096);
+  ri->image_offset = round_up (l->nb_offset + l->nb_size, ri->block);
   ri->mapped = round_up (p->size ? p->size : 1, ri->block);
   ri->file_size = ri->image_offset + ri->mapped;
   return 0;
@@ -385,11 +385,71 @@ fill_uuid (uint8_t *u)
   u[8] = (u[8] & 0x3f) | 0x80;
 }
 
+/* This boot's id (all zero if the kernel does not say): an image set up
+ * in another boot cannot be resumed (the machine went down, and a file
+ * that survived it on a disk file system was never synced).
+ */
+static void
+get_boot_id (uint8_t id[16])
+{
+  char text[64];
+  size_t i, n = 0;
+  FILE *f = fopen ("/proc/sys/kernel/random/boot_id", "re");
+
+  memset (id, 0, 16);
+  if (f == NULL)
+    return;
+  if (fgets (text, sizeof text, f) != NULL)
+    for (i = 0; text[i] && n < 32; i++) {
+      int v;
+      char c = text[i];
+      if (c >= '0' && c <= '9') v = c - '0';
+      else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+      else continue;
+      id[n / 2] |= (n % 2 ? v : v << 4);
+      n++;
+    }
+  fclose (f);
+  if (n != 32)
+    memset (id, 0, 16);
+}
+
+static bool
+is_zero (const uint8_t *p, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
+/* CRC-32 (IEEE) of the header up to back_mtime_sec, state taken as 0. */
+static uint32_t
+header_crc (const struct ramimage_header *h)
+{
+  struct ramimage_header c = *h;
+  const uint8_t *b = (const uint8_t *) &c;
+  uint32_t crc = 0xffffffff;
+  size_t i, n = offsetof (struct ramimage_header, back_mtime_sec);
+  int k;
+
+  c.state = 0;
+  for (i = 0; i < n; i++) {
+    crc ^= b[i];
+    for (k = 0; k < 8; k++)
+      crc = (crc >> 1) ^ (0xedb88320 & -(crc & 1));
+  }
+  return ~crc;
+}
+
 static void
 write_header (struct ramimage *ri, const struct ramimage_params *p,
               const struct layout *l, uint64_t generation)
 {
   struct ramimage_header h;
+  uint64_t order = RAMIMAGE_MAP_ORDER;
 
   memset (&h, 0, sizeof h);
   memcpy (h.magic, RAMIMAGE_MAGIC, 16);
@@ -402,6 +462,8 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   h.image_size = htole64 (ri->mapped);
   h.map_offset = htole64 (l->map_offset);
   h.map_size = htole64 (l->map_size);
+  h.nb_offset = htole64 (l->nb_offset);
+  h.nb_size = htole64 (l->nb_size);
   h.block_size = htole64 (ri->block);
   fill_uuid (h.uuid);
   h.generation = htole64 (generation);
@@ -412,19 +474,26 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   h.created = htole64 ((uint64_t) time (NULL));
   snprintf (h.back_uri, sizeof h.back_uri, "%s",
             p->back_uri ? p->back_uri : "");
+  get_boot_id (h.boot_id);
+  memcpy (&h.map_order, &order, 8);
+  h.header_crc = htole32 (header_crc (&h));
   /* A taken over file keeps its first block: clear the old header's
-   * tail and the map (zero in format 1).
+   * tail, the map and the NB bitmap (all chunks EMPTY, nothing NB).
    */
-  memset (ri->file_map, 0, l->map_offset + l->map_size);
+  memset (ri->file_map, 0, l->nb_offset + l->nb_size);
   memcpy (ri->file_map, &h, sizeof h);
+}
+
+static struct ramimage_header *
+header_of (struct ramimage *ri)
+{
+  return (struct ramimage_header *) ri->file_map;
 }
 
 static void
 set_state (struct ramimage *ri, enum ramimage_state state)
 {
-  struct ramimage_header *h = (struct ramimage_header *) ri->file_map;
-
-  h->state = htole32 (state);
+  rb_atomic_store (&header_of (ri)->state, htole32 (state));
 }
 
 /* Remove our file if its path still names it.  false: not removed. */
@@ -439,16 +508,17 @@ remove_file (struct ramimage *ri)
 
 /* Give back what an open that failed took: remove a file we created, or
  * shrink a taken over one to its header.  Never touches one that is not
- * ours.
+ * ours, nor one that was to be resumed (resume: nothing was changed).
  */
 static void
-discard_file (struct ramimage *ri)
+discard_file (struct ramimage *ri, bool keep)
 {
   if (ri->file_map)
     munmap (ri->file_map, ri->file_size);
   ri->file_map = NULL;
   ri->base = NULL;
-  if (ri->owned && !(ri->created && remove_file (ri)) &&
+  ri->map_words = ri->nb_words = NULL;
+  if (ri->owned && !keep && !(ri->created && remove_file (ri)) &&
       ftruncate (ri->fd, ri->block ? ri->block : RAMIMAGE_HEADER_SIZE) == -1)
     rb_log ("ram=%s: ftruncate: %s (ignored)", ri->path,
             rb_strerror (errno));
@@ -458,16 +528,257 @@ discard_file (struct ramimage *ri)
   ri->owned = false;
 }
 
+/* ---- Resume or not: what an existing image is, against this start. ---- */
+
+/* The backing file's times now, if back= still names the file we have
+ * open (identity by st_dev/st_ino).  false for anything else.
+ */
+static bool
+back_times (const char *path, const struct rb_store_id *id,
+            struct timespec *mtime, struct timespec *ctime_)
+{
+  struct stat st;
+
+  if (id->kind != RB_STORE_FILE || path == NULL || stat (path, &st) == -1 ||
+      st.st_dev != id->dev || st.st_ino != id->ino)
+    return false;
+  *mtime = st.st_mtim;
+  *ctime_ = st.st_ctim;
+  return true;
+}
+
+static const char *
+kind_name (uint32_t k)
+{
+  switch (k) {
+  case RB_STORE_REMOTE: return "NBD export";
+  case RB_STORE_FILE: return "file";
+  case RB_STORE_BLOCK: return "block device";
+  default: return "unknown kind";
+  }
+}
+
+enum decision { TAKE_OVER, RESUME, REFUSE };
+
+/* A format 2 header that is whole and consistent with this file and
+ * this layout.  Else says what is wrong in why.
+ */
+static bool
+header_sane (const struct ramimage_header *h, char *why, size_t len)
+{
+  uint64_t order;
+  uint32_t cs = le32toh (h->chunk_size);
+
+  memcpy (&order, &h->map_order, 8);
+  if (le32toh (h->header_crc) != header_crc (h))
+    snprintf (why, len, "its header checksum is wrong");
+  else if (order != RAMIMAGE_MAP_ORDER)
+    snprintf (why, len, "it was made on a machine of another byte order");
+  else if (le32toh (h->header_size) != RAMIMAGE_HEADER_SIZE ||
+           cs < 512 || (cs & (cs - 1)) != 0 || h->device_size == 0)
+    snprintf (why, len, "its header has impossible values");
+  else if (le32toh (h->state) < RAMIMAGE_CREATING ||
+           le32toh (h->state) > RAMIMAGE_CLEAN_STOP)
+    snprintf (why, len, "its state (%" PRIu32 ") is unknown",
+              le32toh (h->state));
+  else
+    return true;
+  return false;
+}
+
+/* The layout part: only meaningful once the sizes match this start. */
+static bool
+layout_matches (const struct ramimage_header *h, const struct ramimage *ri,
+                const struct layout *l, uint64_t file_size, char *why,
+                size_t len)
+{
+  if (le64toh (h->map_offset) != l->map_offset ||
+      le64toh (h->map_size) != l->map_size ||
+      le64toh (h->nb_offset) != l->nb_offset ||
+      le64toh (h->nb_size) != l->nb_size ||
+      le64toh (h->image_offset) != ri->image_offset ||
+      le64toh (h->image_size) != ri->mapped ||
+      le64toh (h->block_size) != ri->block) {
+    snprintf (why, len, "its layout (map at %" PRIu64 ", image at %" PRIu64
+              " in %" PRIu64 "-byte blocks) is not the one this file "
+              "system gives (map at %" PRIu64 ", image at %" PRIu64 " in %"
+              PRIu64 "-byte blocks)", le64toh (h->map_offset),
+              le64toh (h->image_offset), le64toh (h->block_size),
+              l->map_offset, ri->image_offset, ri->block);
+    return false;
+  }
+  if (file_size < ri->file_size) {
+    snprintf (why, len, "it is %" PRIu64 " bytes long, not %" PRIu64
+              " (truncated)", file_size, ri->file_size);
+    return false;
+  }
+  return true;
+}
+
+#define DISCARD_HINT "resume=discard throws the RAM copy away and loads " \
+  "back= again"
+
+/* Decide what to do with an existing image (its header in *h, locked,
+ * ours).  REFUSE has set the error.
+ */
+static enum decision
+decide (struct ramimage *ri, const struct ramimage_params *p,
+        const struct layout *l, const struct ramimage_header *h,
+        uint64_t file_size, char *why, size_t why_len)
+{
+  const char *path = p->path;
+  uint32_t version = le32toh (h->version), state = le32toh (h->state);
+  bool crash = state == RAMIMAGE_IN_USE;
+  const char *lost = crash
+    ? " (whatever that ramback had not written back is then lost)"
+    : " (it stopped cleanly: nothing is lost)";
+  uint8_t boot[16];
+  char bad[2600];
+  struct timespec mt, ct;
+
+  if (p->resume == RAMIMAGE_RESUME_DISCARD) {
+    snprintf (why, why_len, "resume=discard");
+    return TAKE_OVER;
+  }
+  if (version == 1) {
+    snprintf (why, why_len, "format 1 keeps no chunk state map: nothing "
+              "can be resumed");
+    return TAKE_OVER;
+  }
+  if (version != RAMIMAGE_VERSION) {
+    rb_set_error (EPROTO, "ram=%s is a RAM image of format %" PRIu32
+                  ", which this ramback (format %d) does not know: it "
+                  "was made by another version of ramback, which may "
+                  "have left data in it that is not on the backing store; "
+                  "resume it with that version, or give resume=discard to "
+                  "throw it away (or remove the file) if it holds nothing "
+                  "that is needed", path, version, RAMIMAGE_VERSION);
+    return REFUSE;
+  }
+  if (!header_sane (h, bad, sizeof bad)) {
+    rb_set_error (EINVAL, "ram=%s: cannot resume this RAM image: %s (a "
+                  "damaged or foreign file); ramback never guesses which "
+                  "data in it is needed: %s, or remove the file",
+                  path, bad, DISCARD_HINT);
+    return REFUSE;
+  }
+  if (state == RAMIMAGE_CREATING) {
+    snprintf (why, why_len, "its setup never finished, so it holds no "
+              "data");
+    return TAKE_OVER;
+  }
+  get_boot_id (boot);
+  if (!is_zero (boot, 16) && !is_zero (h->boot_id, 16) &&
+      memcmp (boot, h->boot_id, 16) != 0) {
+    snprintf (why, why_len, "it was set up before the machine last "
+              "booted, and a RAM image does not survive that: the backing "
+              "store is the truth");
+    return TAKE_OVER;
+  }
+  if (le64toh (h->device_size) != p->size) {
+    rb_set_error (EINVAL, "ram=%s holds a device of %" PRIu64 " bytes, but "
+                  "back=%s is %" PRIu64 " bytes now: it cannot be resumed "
+                  "(was the backing store resized or replaced?); start "
+                  "with the backing store it was made for to write its "
+                  "data back, or %s%s", path, le64toh (h->device_size),
+                  p->back_uri, p->size, DISCARD_HINT, lost);
+    return REFUSE;
+  }
+  if (le32toh (h->chunk_size) != p->chunk_size) {
+    rb_set_error (EINVAL, "ram=%s was made with chunk=%" PRIu32 ", not "
+                  "chunk=%" PRIu32 ": give chunk=%" PRIu32 " to resume it, "
+                  "or %s%s", path, le32toh (h->chunk_size), p->chunk_size,
+                  le32toh (h->chunk_size), DISCARD_HINT, lost);
+    return REFUSE;
+  }
+  if (!layout_matches (h, ri, l, file_size, bad, sizeof bad)) {
+    rb_set_error (EINVAL, "ram=%s: cannot resume this RAM image: %s; %s%s",
+                  path, bad, DISCARD_HINT, lost);
+    return REFUSE;
+  }
+
+  /* The backing store's identity: the image must be of this store. */
+  bad[0] = '\0';
+  if (strcmp (h->back_uri, p->back_uri ? p->back_uri : "") != 0)
+    snprintf (bad, sizeof bad, "it is the RAM image of back=%s, not of "
+              "back=%s", h->back_uri, p->back_uri);
+  else if (le32toh (h->back_kind) != (uint32_t) p->back_id.kind)
+    snprintf (bad, sizeof bad, "back=%s was a %s and is now a %s",
+              p->back_uri, kind_name (le32toh (h->back_kind)),
+              kind_name (p->back_id.kind));
+  else if (p->back_id.kind == RB_STORE_FILE &&
+           (le64toh (h->back_dev) != p->back_id.dev ||
+            le64toh (h->back_ino) != p->back_id.ino))
+    snprintf (bad, sizeof bad, "back=%s is another file than the one this "
+              "image was made for (device %" PRIu64 " inode %" PRIu64
+              " then, device %" PRIu64 " inode %" PRIu64 " now: replaced "
+              "or restored?)", p->back_uri, le64toh (h->back_dev),
+              le64toh (h->back_ino), p->back_id.dev, p->back_id.ino);
+  else if (p->back_id.kind == RB_STORE_BLOCK &&
+           le64toh (h->back_dev) != p->back_id.dev)
+    snprintf (bad, sizeof bad, "back=%s is another device than the one "
+              "this image was made for (device number %u:%u then, %u:%u "
+              "now)", p->back_uri, major (le64toh (h->back_dev)),
+              minor (le64toh (h->back_dev)), major (p->back_id.dev),
+              minor (p->back_id.dev));
+  else if (!crash && p->back_id.kind == RB_STORE_FILE &&
+           back_times (p->back_uri, &p->back_id, &mt, &ct) &&
+           (mt.tv_sec != le64toh (h->back_mtime_sec) ||
+            (uint64_t) mt.tv_nsec != le64toh (h->back_mtime_nsec) ||
+            ct.tv_sec != le64toh (h->back_ctime_sec) ||
+            (uint64_t) ct.tv_nsec != le64toh (h->back_ctime_nsec)))
+    snprintf (bad, sizeof bad, "back=%s was changed after the clean stop "
+              "that left this image (its mtime or ctime is not the one "
+              "recorded after the final sync), so the image is older "
+              "than the backing store", p->back_uri);
+  if (bad[0] && p->resume != RAMIMAGE_RESUME_FORCE) {
+    rb_set_error (EINVAL, "ram=%s: not resumed: %s.  ramback never mixes "
+                  "two images.  To proceed: %s%s; or resume=force if you "
+                  "know the RAM image is the one to keep (it is then "
+                  "written back whole over back=); or give another ram= "
+                  "path", path, bad, DISCARD_HINT, lost);
+    return REFUSE;
+  }
+  if (bad[0]) {
+    rb_warn ("ram=%s: resume=force: resuming although %s; every loaded "
+             "chunk is written back over back=", path, bad);
+    ri->rewrite_all = true;
+  }
+  ri->source = crash ? RAMIMAGE_RESUMED_CRASH : RAMIMAGE_RESUMED_CLEAN;
+  return RESUME;
+}
+
+/* resume=force: from now on the image is the one of this backing
+ * store (it is written back over it in full).
+ */
+static void
+adopt_store (struct ramimage *ri, const struct ramimage_params *p)
+{
+  struct ramimage_header h = *header_of (ri);
+
+  h.back_dev = htole64 (p->back_id.dev);
+  h.back_ino = htole64 (p->back_id.ino);
+  h.back_kind = htole32 (p->back_id.kind);
+  memset (h.back_uri, 0, sizeof h.back_uri);
+  snprintf (h.back_uri, sizeof h.back_uri, "%s",
+            p->back_uri ? p->back_uri : "");
+  h.header_crc = htole32 (header_crc (&h));
+  memcpy (header_of (ri), &h, sizeof h);
+}
+
 static int
 open_file (struct ramimage *ri, const struct ramimage_params *p)
 {
   struct ramimage_header old;
   struct layout l;
+  struct stat st;
   uint64_t generation = 1;
   int fd = -2, tries, flags;
+  enum decision d = TAKE_OVER;
+  char why[320] = "";
 
-  /* Create it, or take over our old one; retried if it vanishes in
-   * between (another ramback stopping).
+  /* Create it, or open our old one; retried if it vanishes in between
+   * (another ramback stopping).
    */
   for (tries = 0; fd == -2 && tries < 3; tries++) {
     fd = create_file (ri, p->path);
@@ -508,7 +819,21 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
   if (plan_layout (ri, p, &l) == -1)
     goto fail;
   if (!ri->created) {
-    log_takeover (p->path, &old);
+    if (fstat (fd, &st) == -1) {
+      rb_set_error (errno, "ram=%s: fstat", p->path);
+      goto fail;
+    }
+    d = decide (ri, p, &l, &old, st.st_size, why, sizeof why);
+    if (d == REFUSE) {
+      /* Refused: untouched. */
+      int e = errno;
+      discard_file (ri, true);
+      errno = e;
+      return -1;
+    }
+  }
+  if (d == TAKE_OVER && !ri->created) {
+    log_takeover (p->path, &old, why);
     /* Drop the old image; the first block keeps the header (the file
      * stays recognisably ours) until the new one is written.
      */
@@ -517,7 +842,7 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
       goto fail;
     }
   }
-  if (ftruncate (fd, ri->file_size) == -1) {
+  if (d == TAKE_OVER && ftruncate (fd, ri->file_size) == -1) {
     rb_set_error (errno, "ram=%s: ftruncate to %" PRIu64 " bytes%s",
                   p->path, ri->file_size,
                   l.hugetlbfs ? " on hugetlbfs" : "");
@@ -533,10 +858,18 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
                   "tmpfs lives; use a smaller backing store, or "
                   "overcommit=true if it is sparse and will never be filled",
                   p->path, p->size, rb_phys_mem ());
-    goto fail;
+    goto fail_resume;
   }
-  if (!p->overcommit && reserve (ri, p, &l) == -1)
-    goto fail;
+  /* A resumed image that is allocated in full already (a reserved one
+   * stays so) needs no second pass over its pages.
+   */
+  if (!p->overcommit) {
+    if (d == RESUME && fstat (fd, &st) == 0 &&
+        (uint64_t) st.st_blocks * 512 >= ri->file_size)
+      ri->reserved = true;
+    else if (reserve (ri, p, &l) == -1)
+      goto fail_resume;
+  }
 
   flags = MAP_SHARED | (p->overcommit ? MAP_NORESERVE : 0);
   ri->file_map = mmap (NULL, ri->file_size, PROT_READ | PROT_WRITE, flags,
@@ -547,21 +880,39 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
                   ri->file_size, l.hugetlbfs && errno == ENOMEM
                   ? " (not enough free huge pages: raise "
                   "/proc/sys/vm/nr_hugepages)" : "");
-    goto fail;
+    goto fail_resume;
   }
   ri->base = ri->file_map + ri->image_offset;
-  write_header (ri, p, &l, generation);
+  ri->map_words = (uint64_t *) (ri->file_map + l.map_offset);
+  ri->nb_words = (uint64_t *) (ri->file_map + l.nb_offset);
+  if (d == TAKE_OVER) {
+    ri->source = RAMIMAGE_POPULATED;
+    write_header (ri, p, &l, generation);
+  }
+  else if (ri->rewrite_all)
+    adopt_store (ri, p);
   rb_log ("ram=%s: %s, image of %" PRIu64 " bytes at offset %" PRIu64
           " in %" PRIu64 "-byte blocks, %s", p->path,
-          ri->created ? "created" : "taken over", ri->mapped,
+          ri->created ? "created" : d == RESUME
+          ? (ri->source == RAMIMAGE_RESUMED_CLEAN
+             ? "resumed after a clean stop" : "resumed after a crash")
+          : "taken over", ri->mapped,
           ri->image_offset, ri->block,
           ri->reserved ? "reserved" : "not reserved (overcommit=true)");
   return 0;
 
+ fail_resume:
+  if (d == RESUME) {
+    /* Nothing of the image was changed: keep it for a later try. */
+    int e = errno;
+    discard_file (ri, true);
+    errno = e;
+    return -1;
+  }
  fail:
   {
     int e = errno;
-    discard_file (ri);
+    discard_file (ri, false);
     errno = e;
   }
   return -1;
@@ -584,10 +935,12 @@ ramimage_open (struct ramimage *ri, const struct ramimage_params *p)
       rb_set_error (errno, "strdup");
       return -1;
     }
-    if (open_file (ri, p) == -1)
+    ri->back_id = p->back_id;
+    if (p->back_uri && (ri->back_path = strdup (p->back_uri)) == NULL) {
+      rb_set_error (errno, "strdup");
       return -1;
-    set_state (ri, RAMIMAGE_IN_USE);
-    return 0;
+    }
+    return open_file (ri, p);
   }
 
   ri->block = ps;
@@ -616,38 +969,62 @@ ramimage_open (struct ramimage *ri, const struct ramimage_params *p)
 }
 
 void
+ramimage_in_use (struct ramimage *ri)
+{
+  if (ri->file_map) {
+    set_state (ri, RAMIMAGE_IN_USE);
+    ri->in_use = true;
+  }
+}
+
+void
 ramimage_close (struct ramimage *ri, bool clean)
 {
-  if (ri->fd >= 0 && ri->file_map && !clean) {
+  if (ri->fd >= 0 && ri->file_map && !ri->in_use) {
+    /* Never served from: a new image goes, a resumed one stays as it
+     * was.
+     */
+    discard_file (ri, ri->source != RAMIMAGE_POPULATED);
+  }
+  else if (ri->fd >= 0 && ri->file_map && !clean) {
     /* The image holds data that is nowhere else: keep it. */
     munmap (ri->file_map, ri->file_size);
     rb_warn ("ram=%s: kept, with data that could not be written back to "
              "the backing store; the device is the %" PRIu64 " bytes at "
-             "offset %" PRIu64 " of this file.  A new ramback with this "
-             "ram= discards them: save them first, e.g. dd if=%s "
-             "of=SAVED.img iflag=skip_bytes,count_bytes skip=%" PRIu64
-             " count=%" PRIu64, ri->path, ri->size, ri->image_offset,
+             "offset %" PRIu64 " of this file.  A new ramback with the "
+             "same ram= and back= resumes it and writes them back (to "
+             "save them elsewhere first: dd if=%s of=SAVED.img "
+             "iflag=skip_bytes,count_bytes skip=%" PRIu64 " count=%" PRIu64
+             ")", ri->path, ri->size, ri->image_offset,
              ri->path, ri->image_offset, ri->size);
     close (ri->fd);
   }
   else if (ri->fd >= 0 && ri->file_map) {
-    /* Everything is on the backing store: give the memory back. */
+    /* Everything is on the backing store: keep the image for the next
+     * start, stamped with the backing file's times after the final sync
+     * (a change of the file after this is seen at the next start).
+     */
+    struct ramimage_header *h = header_of (ri);
+    struct timespec mt = { 0, 0 }, ct = { 0, 0 };
+
+    back_times (ri->back_path, &ri->back_id, &mt, &ct);
+    h->back_mtime_sec = htole64 (mt.tv_sec);
+    h->back_mtime_nsec = htole64 (mt.tv_nsec);
+    h->back_ctime_sec = htole64 (ct.tv_sec);
+    h->back_ctime_nsec = htole64 (ct.tv_nsec);
     set_state (ri, RAMIMAGE_CLEAN_STOP);
     munmap (ri->file_map, ri->file_size);
-    if (!remove_file (ri)) {
-      rb_log ("ram=%s no longer names the RAM image: it is truncated to "
-              "its header instead of removed", ri->path);
-      if (ftruncate (ri->fd, ri->image_offset) == -1)
-        rb_log ("ram=%s: ftruncate: %s (ignored)", ri->path,
-                rb_strerror (errno));
-    }
+    rb_log ("ram=%s: kept after a clean stop: the next start with this "
+            "ram= resumes it at once (remove it to give its memory back)",
+            ri->path);
     close (ri->fd);
   }
   else if (ri->fd >= 0)
-    discard_file (ri);
+    discard_file (ri, false);
   else if (ri->base)
     munmap (ri->base, ri->mapped);
   free (ri->path);
+  free (ri->back_path);
   memset (ri, 0, sizeof *ri);
   ri->fd = -1;
 }

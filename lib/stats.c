@@ -54,6 +54,11 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   if (st->store_state == RB_STORE_OK && rb_atomic_load (&rb->store_failing))
     st->store_state = RB_STORE_FAILING;
   st->store_connections = rb->store->connections;
+  st->image_source = rb->ram.source == RAMIMAGE_RESUMED_CLEAN
+    ? "resumed-clean" : rb->ram.source == RAMIMAGE_RESUMED_CRASH
+    ? "resumed-crash" : "populated";
+  st->resumed_chunks = rb->resumed_chunks;
+  st->resumed_chunks_to_write = rb->resumed_to_write;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     st->unsynced_bytes = rb->unsynced.bytes;
@@ -239,6 +244,10 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
     { "last_errno", K_STR, .s = errno_name (st->last_errno) },
     { "last_error", K_STR, .s = st->last_error },
     { "uptime", K_DBL, .d = st->uptime },
+    { "image_source", K_STR, .s = st->image_source ? st->image_source
+                                                   : "populated" },
+    { "resumed_chunks", K_U64, .u = st->resumed_chunks },
+    { "resumed_chunks_to_write", K_U64, .u = st->resumed_chunks_to_write },
   };
   struct out o = { buf, len, 0 };
   size_t i;

@@ -20,6 +20,7 @@ struct rb_config ramback_params = {
 };
 const char *ramback_control_path;
 bool ramback_trace;
+static bool resume_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -159,6 +160,19 @@ ramback_config_key (const char *key, const char *value)
     return parse_size (key, value, 1, &c->flush_rate);
   else if (strcmp (key, "populate") == 0)
     return parse_bool (key, value, &c->populate);
+  else if (strcmp (key, "resume") == 0) {
+    if (strcmp (value, "auto") == 0)
+      c->resume = RB_RESUME_AUTO;
+    else if (strcmp (value, "discard") == 0)
+      c->resume = RB_RESUME_DISCARD;
+    else if (strcmp (value, "force") == 0)
+      c->resume = RB_RESUME_FORCE;
+    else {
+      nbdkit_error ("resume=%s: expected auto, discard or force", value);
+      return -1;
+    }
+    resume_given = true;
+  }
   else if (strcmp (key, "overcommit") == 0)
     return parse_bool (key, value, &c->allow_overcommit);
   else if (strcmp (key, "trace") == 0) {
@@ -230,6 +244,12 @@ ramback_config_check (void)
       return -1;
     }
   }
+  if (resume_given && c->ram == NULL) {
+    nbdkit_error ("resume= only applies with ram=PATH (an image in "
+                  "anonymous memory does not outlive ramback): add ram= "
+                  "or remove resume=");
+    return -1;
+  }
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
@@ -244,5 +264,6 @@ ramback_config_free (void)
 {
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
+  resume_given = false;
   nseen = 0;
 }

@@ -18,7 +18,8 @@ extern void ramback_config_free (void);
 
 #define ramback_config_help \
   "back=PATH|NBD-URI     (required) The backing store.\n" \
-  "ram=PATH                New file on tmpfs/hugetlbfs for the RAM image.\n" \
+  "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
+  "resume=auto|discard|force  What to do with an existing ram= image.\n" \
   "size=SIZE               Create a missing backing file of this size.\n" \
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \

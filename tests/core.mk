@@ -17,11 +17,14 @@ core_tests = \
 	test-ram-tmpfs-full.sh \
 	test-ram-hugetlbfs.sh \
 	test-lock.sh \
+	test-crash-resume.sh \
+	test-resume-mismatch.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \
 	core-functions.sh \
 	model.py \
+	crash-resume.py \
 	volatile-disk.sh \
 	mutate.sh \
 	mutations.txt \

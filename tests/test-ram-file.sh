@@ -10,9 +10,12 @@
 # running ramback uses (the message names its pid).
 # Accepted: a path that does not exist (created with a RAMBACK-IMAGE
 # header, state IN_USE while running, the image at the header's offset
-# holds the device; removed after a clean stop), and an image left by a
-# ramback that was killed (taken over, reloaded from the backing store,
-# generation incremented), but only by its owner's uid.
+# holds the device; kept in state CLEAN_STOP after a clean stop, with the
+# backing file's mtime), an image left by a clean stop or a kill
+# (resumed: same uuid and generation), and with resume=discard an image
+# left by a ramback that was killed (taken over, reloaded from the
+# backing store, generation incremented), but only by its owner's uid.
+# test-crash-resume.sh and test-resume-mismatch.sh test resume itself.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -43,6 +46,7 @@ if len (h) < 256 or h[:16] != b"RAMBACK-IMAGE\0\0\0":
 uuid = h[80:96].hex ()
 gen, bdev, bino, bsz, bkind = struct.unpack_from ("<QQQQI", h, 96)
 uri = h[144:144 + 1024].split (b"\0")[0].decode ()
+mtime = struct.unpack_from ("<q", h, 1208)[0]
 state = {1: "CREATING", 2: "IN_USE", 3: "CLEAN_STOP"}.get (state, state)
 for k, v in (("magic", "ok"), ("version", version), ("state", state),
              ("chunk_size", chunk), ("device_size", devsize),
@@ -50,7 +54,7 @@ for k, v in (("magic", "ok"), ("version", version), ("state", state),
              ("map_offset", mapoff), ("map_size", mapsize),
              ("block_size", bsize), ("uuid", uuid), ("generation", gen),
              ("back_dev", bdev), ("back_ino", bino), ("back_size", bsz),
-             ("back_kind", bkind), ("back", uri)):
+             ("back_kind", bkind), ("back", uri), ("back_mtime", mtime)):
     print ("%s=%s" % (k, v))
 EOF
 }
@@ -121,20 +125,37 @@ h.pwrite (b"written through ram=" * 1000, 123456)
 h.flush ()
 h.shutdown ()
 EOF
+# Written back without a sync or a stop asking for it.
+for (( i=0; i<600; i++ )); do
+    [ "$(status_field "$a_ctl" dirty_chunks)" = 0 ] &&
+        [ "$(status_field "$a_ctl" stored_bytes)" -gt 0 ] && break
+    sleep 0.1
+done
+[ "$(status_field "$a_ctl" dirty_chunks)" = 0 ] ||
+    fail "the write to a ram= image is not written back: $(ctl "$a_ctl" status)"
 stop_rb a
-[ ! -e "$ram" ] || fail "ram= file left behind after a clean stop"
+[ "$(hfield "$ram" state)" = CLEAN_STOP ] || fail "state is not CLEAN_STOP after a clean stop"
+[ "$(hfield "$ram" back_mtime)" = "$(stat -c %Y "$back")" ] ||
+    fail "the header does not record back='s mtime after the final sync"
 py -c '
 import sys
 b = open (sys.argv[1], "rb").read ()
 assert b[123456:123456 + 20000] == b"written through ram=" * 1000, "write lost"
 ' "$back"
-echo "ok: created, used, removed at a clean stop; the write reached back="
+echo "ok: created, used, kept at a clean stop; the write reached back="
 
-# A RAM image left by a killed ramback is taken over by the next one.
+# The next start resumes it: nothing is loaded; then it is killed.
 protect_clear
 protect "$back" "$back2" "$other"
 start_rb k -- "$b" ram="$ram"
-ctl "$k_ctl" wait-populated 60000 >/dev/null
+[ "$(status_field "$k_ctl" image_source)" = resumed-clean ] || fail "not resumed after a clean stop"
+[ "$(status_field "$k_ctl" populated)" = true ] || fail "a resumed image is not populated at once"
+[ "$(status_field "$k_ctl" loaded_bytes)" = 0 ] || fail "a clean resume read the backing store"
+[ "$(status_field "$k_ctl" resumed_chunks_to_write)" = 0 ] || fail "a clean resume has chunks to write"
+ramback status "$k_ctl" | grep -E '^image: +resumed after a clean stop \(128 chunks kept, 0 written back at start\)$' ||
+    fail "ramback status does not show the resume"
+[ "$(hfield "$ram" uuid)" = "$uuid1" ] || fail "resumed: the uuid changed"
+[ "$(hfield "$ram" generation)" = 1 ] || fail "resumed: the generation changed"
 kill -9 "$k_pid"
 wait "$k_job" || true
 [ "$(hfield "$ram" state)" = IN_USE ] || fail "killed: state is not IN_USE"
@@ -143,9 +164,11 @@ if [ "$(id -u)" = 0 ]; then
     expect_fail "leftover image of another uid" "owned by uid 65534" "$b" ram="$ram"
     chown 0 "$ram"
 fi
-start_rb t -- "$b" ram="$ram"
+# resume=discard: taken over, loaded again from back=.
+start_rb t -- "$b" ram="$ram" resume=discard
 ctl "$t_ctl" wait-populated 60000 >/dev/null
 grep -E "taking over" "$t_log" || fail "no message about taking over the old image"
+[ "$(status_field "$t_ctl" image_source)" = populated ] || fail "resume=discard: not populated"
 [ "$(hfield "$ram" state)" = IN_USE ] || fail "taken over: state is not IN_USE"
 [ "$(hfield "$ram" generation)" = 2 ] || fail "taken over: generation is not 2"
 [ "$(hfield "$ram" uuid)" != "$uuid1" ] || fail "taken over: same uuid"
@@ -158,5 +181,6 @@ m.check_nbd (h, "device after taking over a leftover image")
 h.shutdown ()
 EOF
 stop_rb t
-[ ! -e "$ram" ] || fail "ram= file left behind after a clean stop"
+[ "$(hfield "$ram" state)" = CLEAN_STOP ] || fail "state is not CLEAN_STOP after a clean stop"
+rm -f "$ram"
 echo "$ncases refusals, every file unchanged; new and leftover images used"
