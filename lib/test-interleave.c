@@ -771,6 +771,46 @@ test_sync_error_fua (void)
   fx_finish (&f, "FUA writes around a failed sync");
 }
 
+/* Writethrough.  W1 is noted and the flusher's sync of it is held; W2's
+ * store write is performed (its data in the store's cache) but its reply
+ * is held, so it is in flight when the sync fails and the store drops
+ * every unsynced write, W2's too.  W2 completes after the failure: it
+ * must be written again, not trusted.
+ */
+static void
+test_sync_error_inflight (void)
+{
+  struct fx f;
+  struct ts_match m = { .ops = TS_FLUSH, .tag = "" };
+  struct ts_match mw = { .ops = TS_WRITE, .tag = "w2", .after = true };
+  g_autofree uint8_t *w1 = NULL, *w2 = NULL;
+  struct ts_gate *g, *gw;
+  struct job j2;
+
+  fx_open (&f, 83, false, true, true, 0);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  ts_set_tag ("app");
+  g = ts_gate_arm (f.ts, &m, EIO);
+  gw = ts_gate_arm (f.ts, &mw, 0);
+  w1 = fx_random (&f, 3000);
+  w2 = fx_random (&f, 3000);
+  fx_write (&f, w1, 3000, 20 * CHUNK + 100, 0);
+  ts_gate_wait (g);                     /* the flusher syncs {W1} */
+  j2 = (struct job) { .f = &f, .tag = "w2", .op = J_WRITE, .buf = w2,
+                      .len = 3000, .off = 60 * CHUNK + 100, .flags = 0 };
+  job_start (&j2);
+  ts_gate_wait (gw);                    /* W2 performed, reply held */
+  ts_gate_open (g);                     /* fails: W1 and W2 dropped */
+  TS_WAIT (rb_atomic_load (&f.rb->fail_gen) >= 1,
+           "the failed sync to be taken into account");
+  ts_gate_open (gw);                    /* W2 completes after it */
+  job_join (&j2);
+  g_assert_cmpint (j2.r, ==, 0);
+  memcpy (f.model + j2.off, w2, 3000);
+  ts_set_tag (NULL);
+  fx_finish (&f, "a write in flight across a failed sync");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -782,6 +822,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/demand-load-waits", test_demand_load_waits);
   g_test_add_func ("/interleave/fua-durable", test_fua_durable);
   g_test_add_func ("/interleave/sync-ticket", test_sync_ticket);
+  g_test_add_func ("/interleave/sync-error-inflight",
+                   test_sync_error_inflight);
   g_test_add_func ("/interleave/dirty-max-inflight",
                    test_dirty_max_inflight);
   g_test_add_func ("/interleave/writethrough-reaches-store",

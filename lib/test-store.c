@@ -135,7 +135,7 @@ complete (struct tstore *ts, size_t i, int err)
  * Returns the error the gate injects (0: none).  Lock held.
  */
 static int
-gate (struct tstore *ts, size_t i)
+gate_phase (struct tstore *ts, size_t i, bool after)
 {
   struct ts_gate *g = NULL;
   struct timespec end = deadline ();
@@ -144,7 +144,8 @@ gate (struct tstore *ts, size_t i)
 
   for (k = 0; k < ts->gates->len; k++) {
     struct ts_gate *c = g_ptr_array_index (ts->gates, k);
-    if (c->state == GATE_ARMED && matches (&c->m, rec_at (ts, i))) {
+    if (c->state == GATE_ARMED && c->m.after == after &&
+        matches (&c->m, rec_at (ts, i))) {
       g = c;
       break;
     }
@@ -160,6 +161,12 @@ gate (struct tstore *ts, size_t i)
   g_ptr_array_remove (ts->gates, g);
   g_free (g);
   return err;
+}
+
+static int
+gate (struct tstore *ts, size_t i)
+{
+  return gate_phase (ts, i, false);
 }
 
 static int
@@ -195,6 +202,7 @@ ts_submit (struct rb_store *s, struct rb_io *ios, size_t n)
         memcpy (ts->pending + io->offset, cap[i], io->count);
       else
         memset (ts->pending + io->offset, 0, io->count);
+      err = gate_phase (ts, r, true);
     }
     io->err = err;
     if (err && !first)

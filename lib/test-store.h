@@ -74,6 +74,9 @@ struct ts_match {
   unsigned ops;                 /* TS_* bits; 0: any */
   uint64_t offset, count;       /* overlapping [offset, +count); 0: any */
   const char *tag;              /* NULL: any thread; "": untagged ones */
+  bool after;                   /* hold a write after it is performed,
+                                   before its reply (a write in flight
+                                   whose pages are already in the cache) */
 };
 
 /* One logged request. */
