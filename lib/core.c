@@ -54,8 +54,10 @@ copy_config (struct rb *rb, const struct rb_config *c)
   rb->cfg = *c;
   rb->cfg.store.uri = NULL;
   rb->cfg.ram = NULL;
+  rb->cfg.journal = NULL;
   if ((c->store.uri && (rb->cfg.store.uri = strdup (c->store.uri)) == NULL) ||
-      (c->ram && (rb->cfg.ram = strdup (c->ram)) == NULL)) {
+      (c->ram && (rb->cfg.ram = strdup (c->ram)) == NULL) ||
+      (c->journal && (rb->cfg.journal = strdup (c->journal)) == NULL)) {
     rb_set_error (errno, "strdup");
     return -1;
   }
@@ -113,6 +115,13 @@ rb_open (const struct rb_config *config)
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);
   rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
 
+  /* Recovery comes first: the journal's committed transactions are
+   * replayed onto the store before anything is taken from it, RAM
+   * image included.
+   */
+  if (rb->cfg.journal && rb_txn_open (rb) == -1)
+    goto fail;
+
   {
     /* The store is open (and locked): ram= is checked against it. */
     struct ramimage_params rp = {
@@ -145,6 +154,8 @@ rb_open (const struct rb_config *config)
     rb_check_populated (rb);
   }
   ramimage_in_use (&rb->ram);
+  if (rb->txns && rb_txn_check_fit (rb) == -1)
+    goto fail;
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;
@@ -218,6 +229,7 @@ rb_close (struct rb *rb)
     chunkmap_free (&rb->map);
   /* A ram= file is kept either way; clean says what it holds. */
   ramimage_close (&rb->ram, r == 0);
+  rb_txn_close (rb, r == 0 && rb->started);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);
@@ -230,6 +242,7 @@ rb_close (struct rb *rb)
   free (rb->unsynced.v);
   free ((char *) rb->cfg.store.uri);
   free ((char *) rb->cfg.ram);
+  free ((char *) rb->cfg.journal);
   free (rb);
   return r;
 }

@@ -32,6 +32,42 @@ rb_mutex_init (rb_mutex *m)
 }
 
 void
+rb_rwlock_init (rb_rwlock *l)
+{
+  pthread_rwlockattr_t a;
+
+  pthread_rwlockattr_init (&a);
+  pthread_rwlockattr_setkind_np (&a,
+                                 PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  check (pthread_rwlock_init (l, &a), "pthread_rwlock_init");
+  pthread_rwlockattr_destroy (&a);
+}
+
+void
+rb_rwlock_destroy (rb_rwlock *l)
+{
+  pthread_rwlock_destroy (l);
+}
+
+void
+rb_rwlock_rdlock (rb_rwlock *l)
+{
+  check (pthread_rwlock_rdlock (l), "pthread_rwlock_rdlock");
+}
+
+void
+rb_rwlock_wrlock (rb_rwlock *l)
+{
+  check (pthread_rwlock_wrlock (l), "pthread_rwlock_wrlock");
+}
+
+void
+rb_rwlock_unlock (rb_rwlock *l)
+{
+  check (pthread_rwlock_unlock (l), "pthread_rwlock_unlock");
+}
+
+void
 rb_mutex_destroy (rb_mutex *m)
 {
   pthread_mutex_destroy (m);

@@ -22,11 +22,22 @@
 typedef pthread_mutex_t rb_mutex;
 typedef pthread_cond_t rb_cond;
 typedef pthread_t rb_thread;
+typedef pthread_rwlock_t rb_rwlock;
 
 extern void rb_mutex_init (rb_mutex *m);
 extern void rb_mutex_destroy (rb_mutex *m);
 extern void rb_mutex_lock (rb_mutex *m);
 extern void rb_mutex_unlock (rb_mutex *m);
+
+/* Reader-writer lock; a waiting writer goes before new readers (the
+ * journal's commit point must not starve behind a stream of writes).
+ * Userspace only: nothing shared with the kernel port uses it.
+ */
+extern void rb_rwlock_init (rb_rwlock *l);
+extern void rb_rwlock_destroy (rb_rwlock *l);
+extern void rb_rwlock_rdlock (rb_rwlock *l);
+extern void rb_rwlock_wrlock (rb_rwlock *l);
+extern void rb_rwlock_unlock (rb_rwlock *l);
 
 /* Condition variables use CLOCK_MONOTONIC for timed waits. */
 extern void rb_cond_init (rb_cond *c);

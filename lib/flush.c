@@ -432,6 +432,8 @@ flusher_thread (void *arg)
 int
 rb_flusher_start (struct rb *rb)
 {
+  if (rb->txns)                 /* journal=: transactions (txn.c) */
+    return rb_txn_start (rb);
   if (rb_thread_create (&rb->flusher, flusher_thread, rb) == -1) {
     rb_set_error (errno, "cannot start the flusher thread");
     return -1;
@@ -446,6 +448,8 @@ rb_flusher_start (struct rb *rb)
 int
 rb_flusher_stop (struct rb *rb)
 {
+  if (rb->txns)
+    return rb_txn_stop (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&rb->stopping, true);

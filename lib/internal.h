@@ -51,6 +51,8 @@ struct rb {
                                    NULL: nothing survives us, no NB */
   uint64_t resumed_chunks;      /* chunks taken from a resumed image */
   uint64_t resumed_to_write;    /* of them, to write back at start */
+  struct rb_txns *txns;         /* journal=: write back in transactions
+                                   (txn.c); NULL without a journal */
 
   uint64_t size;
   uint32_t chunk_size;
@@ -197,5 +199,27 @@ extern void rb_resume_map (struct rb *rb);
 
 /* io.c */
 extern void rb_throttle (struct rb *rb);
+
+/* txn.c (journal=; see the top of txn.c) */
+/* Open the journal and replay it onto the backing store. */
+extern int rb_txn_open (struct rb *rb);
+/* The dirty chunks (a resumed image) must fit in one transaction. */
+extern int rb_txn_check_fit (struct rb *rb);
+extern void rb_txn_close (struct rb *rb, bool clean);
+/* In place of the flusher: the committer and applier threads. */
+extern int rb_txn_start (struct rb *rb);
+extern int rb_txn_stop (struct rb *rb);
+/* Around an application write of chunks [c0, c1]: reserve journal
+ * space (waiting for it, or failing if the write can never fit), enter
+ * the write gate and copy on write; then leave.
+ */
+extern int rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
+                               uint64_t *reserved);
+extern void rb_txn_write_end (struct rb *rb, uint64_t reserved);
+/* A commit point soon, without waiting for it (FLUSH, fsync=ignore). */
+extern void rb_txn_request_commit (struct rb *rb);
+/* Wait until everything written so far is in place (writethrough). */
+extern int rb_txn_wait_applied (struct rb *rb);
+extern void rb_txn_stats (struct rb *rb, struct rb_stats *st);
 
 #endif /* RAMBACK_INTERNAL_H */

@@ -287,6 +287,34 @@ slow_path (struct rb *rb, const struct req *r)
   return 0;
 }
 
+/* With journal=: always into RAM, inside the journal's write gate
+ * (txn.c); writethrough and FUA wait for the transaction that holds
+ * the write.
+ */
+static int
+journal_write (struct rb *rb, const struct req *r)
+{
+  uint64_t reserved, pre;
+  int ret = 0;
+
+  rb_throttle (rb);
+  if (rb_txn_write_begin (rb, r->c0, r->c1, &reserved) == -1)
+    return -1;
+  if (!loaded (rb, r->c0, r->c1))
+    ret = slow_path (rb, r);
+  else {
+    pre = premark_dirty (rb, r);
+    apply (rb, r);
+    mark_dirty (rb, r, pre);
+  }
+  rb_txn_write_end (rb, reserved);
+  if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
+    ret = rb_txn_wait_applied (rb);
+  else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
+    ret = rb_sync (rb, -1);
+  return ret;
+}
+
 static int
 do_write (struct rb *rb, const struct req *r)
 {
@@ -299,6 +327,8 @@ do_write (struct rb *rb, const struct req *r)
     rb_set_error (EROFS, "the backing store is read-only");
     return -1;
   }
+  if (rb->txns)
+    return journal_write (rb, r);
   if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
       ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
     if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) &&
@@ -395,7 +425,10 @@ rb_cache (struct rb *rb, uint32_t count, uint64_t offset)
 int
 rb_flush (struct rb *rb)
 {
-  if (!rb->cfg.fsync_wait)
+  if (!rb->cfg.fsync_wait) {
+    if (rb->txns)               /* a commit point, without waiting */
+      rb_txn_request_commit (rb);
     return 0;
+  }
   return rb_sync (rb, -1);
 }

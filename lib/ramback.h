@@ -53,6 +53,9 @@ struct rb_config {
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
   enum rb_resume resume;
+  const char *journal;        /* journal=: file, device or NBD URI, NULL:
+                                 none (plain write back) */
+  uint32_t commit_interval_ms; /* 0: RB_DEFAULT_COMMIT_INTERVAL_MS */
   /* Embedders and tests: use this already open store instead of opening
    * store.uri (rb_close() closes it).
    */
@@ -60,6 +63,7 @@ struct rb_config {
 };
 
 #define RB_DEFAULT_CHUNK_SIZE 65536
+#define RB_DEFAULT_COMMIT_INTERVAL_MS 5000
 #define RB_MIN_CHUNK_SIZE 512
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 
@@ -164,6 +168,18 @@ struct rb_stats {
                                  "resumed-crash" */
   uint64_t resumed_chunks;    /* chunks taken from a resumed image */
   uint64_t resumed_chunks_to_write;  /* of them, written back at start */
+  /* journal= (all zero, journal NULL, without one) */
+  const char *journal;
+  uint64_t journal_size;      /* bytes for transactions */
+  uint64_t journal_used_bytes;  /* live transactions (not yet in place) */
+  uint64_t journal_commits;   /* transactions committed */
+  uint64_t journal_applied;   /* of them, written in place and retired */
+  uint64_t journal_replayed;  /* transactions replayed at start */
+  double commit_interval;     /* seconds */
+  double last_commit_age;     /* seconds since the last commit, -1: none */
+  double last_commit_time;    /* of the last commit, seconds since the
+                                 epoch, 0: none */
+  double commit_lag;          /* age of the oldest uncommitted write */
 };
 
 extern void rb_get_stats (struct rb *rb, struct rb_stats *st);

@@ -59,6 +59,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
     ? "resumed-crash" : "populated";
   st->resumed_chunks = rb->resumed_chunks;
   st->resumed_chunks_to_write = rb->resumed_to_write;
+  rb_txn_stats (rb, st);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     st->unsynced_bytes = rb->unsynced.bytes;
@@ -248,6 +249,16 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
                                                    : "populated" },
     { "resumed_chunks", K_U64, .u = st->resumed_chunks },
     { "resumed_chunks_to_write", K_U64, .u = st->resumed_chunks_to_write },
+    { "journal", K_STR, .s = st->journal ? st->journal : "" },
+    { "journal_size", K_U64, .u = st->journal_size },
+    { "journal_used_bytes", K_U64, .u = st->journal_used_bytes },
+    { "journal_commits", K_U64, .u = st->journal_commits },
+    { "journal_applied", K_U64, .u = st->journal_applied },
+    { "journal_replayed", K_U64, .u = st->journal_replayed },
+    { "commit_interval", K_DBL, .d = st->commit_interval },
+    { "last_commit_age", K_DBL, .d = st->last_commit_age },
+    { "last_commit_time", K_DBL, .d = st->last_commit_time },
+    { "commit_lag", K_DBL, .d = st->commit_lag },
   };
   struct out o = { buf, len, 0 };
   size_t i;

@@ -21,6 +21,7 @@ struct rb_config ramback_params = {
 const char *ramback_control_path;
 bool ramback_trace;
 static bool resume_given;
+static bool commit_interval_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -117,6 +118,26 @@ ramback_config_key (const char *key, const char *value)
       c->store.uri = value;
     else if ((c->store.uri = nbdkit_absolute_path (value)) == NULL)
       return -1;
+  }
+  else if (strcmp (key, "journal") == 0) {
+    if (strstr (value, "://"))
+      c->journal = value;
+    else if ((c->journal = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "commit-interval") == 0) {
+    char *end;
+    double d;
+
+    errno = 0;
+    d = strtod (value, &end);
+    if (errno || end == value || *end || !(d >= 0.01 && d <= 3600)) {
+      nbdkit_error ("commit-interval=%s: expected seconds from 0.01 to 3600 "
+                    "(e.g. commit-interval=5 or 0.5)", value);
+      return -1;
+    }
+    c->commit_interval_ms = d * 1000 + 0.5;
+    commit_interval_given = true;
   }
   else if (strcmp (key, "ram") == 0) {
     if ((c->ram = nbdkit_absolute_path (value)) == NULL)
@@ -244,6 +265,18 @@ ramback_config_check (void)
       return -1;
     }
   }
+  if (commit_interval_given && c->journal == NULL) {
+    nbdkit_error ("commit-interval= only applies with journal= (without a "
+                  "journal there are no commits): add journal= or remove "
+                  "commit-interval=");
+    return -1;
+  }
+  if (c->journal && strcmp (c->journal, c->store.uri) == 0) {
+    nbdkit_error ("journal=%s is the backing store itself: the journal "
+                  "needs a store of its own (another file, device or "
+                  "export, ideally on another disk)", c->journal);
+    return -1;
+  }
   if (resume_given && c->ram == NULL) {
     nbdkit_error ("resume= only applies with ram=PATH (an image in "
                   "anonymous memory does not outlive ramback): add ram= "
@@ -265,5 +298,6 @@ ramback_config_free (void)
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
   resume_given = false;
+  commit_interval_given = false;
   nseen = 0;
 }

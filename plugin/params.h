@@ -18,6 +18,8 @@ extern void ramback_config_free (void);
 
 #define ramback_config_help \
   "back=PATH|NBD-URI     (required) The backing store.\n" \
+  "journal=PATH|NBD-URI    Crash-consistent write back through a journal.\n" \
+  "commit-interval=SECONDS With journal=: commit at least this often (5).\n" \
   "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
   "resume=auto|discard|force  What to do with an existing ram= image.\n" \
   "size=SIZE               Create a missing backing file of this size.\n" \

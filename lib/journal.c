@@ -1,0 +1,826 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the write-back journal's on-disk format, append and replay.
+ *
+ * A journal store (a file, a block device or an NBD export, opened
+ * through store.h) holds:
+ *
+ *   [0, 512)      super block, copy A   } the valid copy with the
+ *   [512, 1024)   super block, copy B   } higher generation wins
+ *   [4096, 4096 + area_size)  the circular area of transactions
+ *
+ * Super block (struct rbj_super, little endian, CRC-32C in its last 4
+ * bytes): magic "RAMBACKJ", version 1, the sizes of the journal, of its
+ * area and of the backing store it belongs to, a generation (each write
+ * of the super block goes to copy gen % 2, so a torn write of one copy
+ * leaves the other), a nonce, and the tail: the logical position and
+ * sequence number of the oldest transaction that may not be on the
+ * backing store yet.
+ *
+ * Positions in the area are logical byte counts that only grow; the
+ * physical place is area_start + position % area_size, and anything may
+ * wrap around the end of the area.  Each run of ramback (each open)
+ * starts a new nonce at logical position 0 with a durable super block,
+ * and every block it writes carries the nonce: blocks left over from
+ * earlier runs, or from another journal, are never mistaken for ours.
+ *
+ * A transaction, starting on a 512-byte boundary:
+ *
+ *   descriptor  struct rbj_desc_hdr (magic "RJXD", nextents, nonce, seq,
+ *               desc_len, data_len), then nextents x struct
+ *               rbj_disk_extent (backing offset, length, kind DATA or
+ *               ZERO, CRC-32C of the extent's data), then the CRC-32C of
+ *               everything before it; padded to desc_len (512 multiple)
+ *   data        the DATA extents' bytes, in order, padded to data_len
+ *   commit      one block: struct rbj_commit (magic "RJXC", the
+ *               descriptor's CRC, nonce, seq, total length, CRC-32C)
+ *
+ * The whole transaction is written, then the journal is synced once:
+ * it is committed when its commit block is durable, and it counts only
+ * if every CRC checks (a power cut may keep any subset of the blocks,
+ * torn ones included).  Sequence numbers are consecutive.
+ *
+ * Replay (at open, and rbj_recover offline) starts at the super block's
+ * tail and takes transactions while they have the expected sequence
+ * number and nonce and every check passes; the first one that does not
+ * is the end (an incomplete, torn or stale transaction: nothing after
+ * it was acknowledged, because transactions are committed in order).
+ * Each one's extents are written in place on the backing store, which
+ * is synced at the end.  Replaying again writes the same bytes to the
+ * same places: a crash during replay is repaired by replaying again.
+ *
+ * Wrap-around: the committer appends at the head only into space that
+ * the tail has left, and before it overwrites space that the *durable*
+ * super block still counts as live it writes and syncs a super block
+ * with the current tail (rbj_append), so recovery never starts at a
+ * transaction that has been overwritten.
+ *
+ * Locking: 'lock' protects tail, tail_seq (the applier retires, the
+ * committer reads).  head, next_seq, gen, durable_tail and the super
+ * block writes belong to the committer (one thread at a time calls
+ * rbj_append; open and close run alone).
+ */
+
+#include <config.h>
+
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "error.h"
+#include "journal.h"
+#include "ramback.h"
+
+#define SUPER_MAGIC "RAMBACKJ"
+#define RBJ_VERSION 1
+#define DESC_MAGIC 0x44584a52u          /* "RJXD" */
+#define COMMIT_MAGIC 0x43584a52u        /* "RJXC" */
+
+struct rbj_super {
+  char magic[8];
+  uint32_t version;
+  uint32_t block;
+  uint64_t journal_size;
+  uint64_t area_start;
+  uint64_t area_size;
+  uint64_t back_size;
+  uint64_t gen;
+  uint64_t nonce;
+  uint64_t tail;
+  uint64_t tail_seq;
+  uint8_t reserved[RBJ_BLOCK - 80 - 4];
+  uint32_t crc;
+};
+_Static_assert (sizeof (struct rbj_super) == RBJ_BLOCK, "super block size");
+
+struct rbj_desc_hdr {
+  uint32_t magic;
+  uint32_t nextents;
+  uint64_t nonce;
+  uint64_t seq;
+  uint64_t desc_len;
+  uint64_t data_len;
+};
+_Static_assert (sizeof (struct rbj_desc_hdr) == 40, "descriptor header");
+
+struct rbj_disk_extent {
+  uint64_t offset;
+  uint64_t length;
+  uint32_t kind;
+  uint32_t crc;
+};
+_Static_assert (sizeof (struct rbj_disk_extent) == RBJ_EXTENT_BYTES,
+                "extent size");
+
+struct rbj_commit {
+  uint32_t magic;
+  uint32_t desc_crc;
+  uint64_t nonce;
+  uint64_t seq;
+  uint64_t total_len;
+  uint32_t pad;
+  uint32_t crc;
+};
+_Static_assert (sizeof (struct rbj_commit) == 40, "commit size");
+
+struct rb_journal {
+  struct rb_store *store;
+  char *name;
+  uint64_t area_start, area_size, back_size, journal_size;
+  uint64_t nonce;
+  /* [committer] */
+  uint64_t gen;
+  uint64_t head, next_seq;
+  uint64_t durable_tail;        /* tail in the last durable super block */
+  rb_mutex lock;
+  uint64_t tail, tail_seq;      /* [lock] */
+};
+
+/* ---- CRC-32C ---- */
+
+static uint32_t crc_table[8][256];
+static bool crc_ready;
+
+static void
+crc_init (void)
+{
+  uint32_t i, j, c;
+
+  for (i = 0; i < 256; i++) {
+    c = i;
+    for (j = 0; j < 8; j++)
+      c = (c >> 1) ^ (0x82f63b78u & -(c & 1));
+    crc_table[0][i] = c;
+  }
+  for (i = 0; i < 256; i++)
+    for (j = 1; j < 8; j++)
+      crc_table[j][i] = (crc_table[j - 1][i] >> 8) ^
+        crc_table[0][crc_table[j - 1][i] & 0xff];
+  __atomic_store_n (&crc_ready, true, __ATOMIC_RELEASE);
+}
+
+#if defined (__x86_64__)
+__attribute__ ((target ("sse4.2")))
+static uint32_t
+crc_hw (uint32_t crc, const uint8_t *p, size_t len)
+{
+  uint64_t c = crc;
+
+  while (len >= 8) {
+    uint64_t v;
+    memcpy (&v, p, 8);
+    c = __builtin_ia32_crc32di (c, v);
+    p += 8;
+    len -= 8;
+  }
+  crc = c;
+  while (len--)
+    crc = __builtin_ia32_crc32qi (crc, *p++);
+  return crc;
+}
+#endif
+
+static uint32_t
+crc_sw (uint32_t crc, const uint8_t *p, size_t len)
+{
+  if (!__atomic_load_n (&crc_ready, __ATOMIC_ACQUIRE))
+    crc_init ();                /* idempotent: a race only recomputes */
+  while (len >= 8) {
+    uint32_t lo, hi;
+    memcpy (&lo, p, 4);
+    memcpy (&hi, p + 4, 4);
+    lo = le32toh (lo) ^ crc;
+    hi = le32toh (hi);
+    crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+      crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
+      crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+      crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+    p += 8;
+    len -= 8;
+  }
+  while (len--)
+    crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+  return crc;
+}
+
+uint32_t
+rbj_crc32c (uint32_t crc, const void *buf, size_t len)
+{
+  crc = ~crc;
+#if defined (__x86_64__)
+  if (__builtin_cpu_supports ("sse4.2"))
+    return ~crc_hw (crc, buf, len);
+#endif
+  return ~crc_sw (crc, buf, len);
+}
+
+/* ---- helpers ---- */
+
+static uint64_t
+align_up (uint64_t n)
+{
+  return (n + RBJ_BLOCK - 1) & ~(uint64_t) (RBJ_BLOCK - 1);
+}
+
+static uint64_t
+desc_len_of (size_t n)
+{
+  return align_up (sizeof (struct rbj_desc_hdr) + n * RBJ_EXTENT_BYTES + 4);
+}
+
+uint64_t
+rbj_txn_bytes (size_t nextents, uint64_t data_bytes)
+{
+  return desc_len_of (nextents) + align_up (data_bytes) + RBJ_BLOCK;
+}
+
+uint64_t
+rbj_capacity (const struct rb_journal *j)
+{
+  return j->area_size;
+}
+
+uint64_t
+rbj_next_seq (const struct rb_journal *j)
+{
+  return j->next_seq;
+}
+
+uint64_t
+rbj_used (struct rb_journal *j)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+  return j->head - j->tail;
+}
+
+static uint64_t
+new_nonce (void)
+{
+  uint64_t n = 0;
+
+  if (getrandom (&n, sizeof n, 0) != sizeof n || n == 0)
+    n = rb_now_ns () ^ ((uint64_t) getpid () << 32) ^ (uintptr_t) &n;
+  return n;
+}
+
+/* Requests for [pos, pos+len) of the area, split where it wraps.
+ * Returns how many (1 or 2) were put in io[].
+ */
+static size_t
+area_io (struct rb_journal *j, enum rb_io_op op, uint64_t pos, void *buf,
+         uint64_t len, struct rb_io *io)
+{
+  uint64_t phys = pos % j->area_size, first = j->area_size - phys;
+
+  if (first >= len) {
+    io[0] = (struct rb_io) { .op = op, .buf = buf, .count = len,
+                             .offset = j->area_start + phys };
+    return 1;
+  }
+  io[0] = (struct rb_io) { .op = op, .buf = buf, .count = first,
+                           .offset = j->area_start + phys };
+  io[1] = (struct rb_io) { .op = op, .buf = (uint8_t *) buf + first,
+                           .count = len - first, .offset = j->area_start };
+  return 2;
+}
+
+static int
+area_read (struct rb_journal *j, uint64_t pos, void *buf, uint64_t len)
+{
+  struct rb_io io[2];
+  size_t n = area_io (j, RB_IO_READ, pos, buf, len, io);
+
+  return j->store->ops->submit (j->store, io, n);
+}
+
+/* ---- super block ---- */
+
+static uint32_t
+super_crc (const struct rbj_super *s)
+{
+  return rbj_crc32c (0, s, offsetof (struct rbj_super, crc));
+}
+
+static bool
+super_valid (const struct rbj_super *s)
+{
+  return memcmp (s->magic, SUPER_MAGIC, 8) == 0 &&
+    le32toh (s->crc) == super_crc (s) && le32toh (s->version) == RBJ_VERSION;
+}
+
+/* Write the super block with the current tail (the next copy) and sync. */
+static int
+write_super (struct rb_journal *j)
+{
+  struct rbj_super s;
+  uint64_t tail, tail_seq;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+    tail = j->tail;
+    tail_seq = j->tail_seq;
+  }
+  memset (&s, 0, sizeof s);
+  memcpy (s.magic, SUPER_MAGIC, 8);
+  s.version = htole32 (RBJ_VERSION);
+  s.block = htole32 (RBJ_BLOCK);
+  s.journal_size = htole64 (j->journal_size);
+  s.area_start = htole64 (j->area_start);
+  s.area_size = htole64 (j->area_size);
+  s.back_size = htole64 (j->back_size);
+  s.gen = htole64 (j->gen + 1);
+  s.nonce = htole64 (j->nonce);
+  s.tail = htole64 (tail);
+  s.tail_seq = htole64 (tail_seq);
+  s.crc = htole32 (super_crc (&s));
+  if (rb_store_pwrite (j->store, &s, sizeof s,
+                       ((j->gen + 1) % 2) * RBJ_BLOCK) == -1 ||
+      j->store->ops->flush (j->store) == -1) {
+    rb_set_error (errno, "journal %s: cannot write its super block: %s",
+                  j->name, rb_get_error ());
+    return -1;
+  }
+  j->gen++;
+  j->durable_tail = tail;
+  return 0;
+}
+
+/* ---- append ---- */
+
+#define MAX_APPEND_IOS 64
+
+int
+rbj_append (struct rb_journal *j, const struct rbj_extent *x, size_t n,
+            uint64_t *start, uint64_t *len)
+{
+  static const uint8_t zeroes[RBJ_BLOCK];
+  uint64_t desc_len = desc_len_of (n), data = 0, data_len, total, pos;
+  uint64_t tail;
+  CLEANUP_FREE uint8_t *desc = NULL;
+  CLEANUP_FREE struct rb_io *io = NULL;
+  struct rbj_desc_hdr *h;
+  struct rbj_disk_extent *e;
+  struct rbj_commit c;
+  uint32_t dcrc;
+  size_t i, k = 0, cap;
+
+  for (i = 0; i < n; i++)
+    if (x[i].kind == RBJ_DATA)
+      data += x[i].length;
+  data_len = align_up (data);
+  total = desc_len + data_len + RBJ_BLOCK;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+    tail = j->tail;
+  }
+  if (total > j->area_size - (j->head - tail)) {
+    rb_set_error (ENOSPC, "journal %s: a transaction of %" PRIu64 " bytes "
+                  "does not fit in the %" PRIu64 " bytes free",
+                  j->name, total, j->area_size - (j->head - tail));
+    return -1;
+  }
+  /* Space the durable super block still counts as live is about to be
+   * overwritten: record the tail first.
+   */
+  if (j->head + total > j->durable_tail + j->area_size &&
+      write_super (j) == -1)
+    return -1;
+
+  desc = calloc (1, desc_len);
+  cap = 2 * (n + 4);
+  io = malloc (cap * sizeof *io);
+  if (desc == NULL || io == NULL) {
+    rb_set_error (errno, "journal %s: out of memory", j->name);
+    return -1;
+  }
+  h = (struct rbj_desc_hdr *) desc;
+  h->magic = htole32 (DESC_MAGIC);
+  h->nextents = htole32 (n);
+  h->nonce = htole64 (j->nonce);
+  h->seq = htole64 (j->next_seq);
+  h->desc_len = htole64 (desc_len);
+  h->data_len = htole64 (data_len);
+  e = (struct rbj_disk_extent *) (desc + sizeof *h);
+  for (i = 0; i < n; i++) {
+    e[i].offset = htole64 (x[i].offset);
+    e[i].length = htole64 (x[i].length);
+    e[i].kind = htole32 (x[i].kind);
+    e[i].crc = htole32 (x[i].kind == RBJ_DATA
+                        ? rbj_crc32c (0, x[i].data, x[i].length) : 0);
+  }
+  dcrc = rbj_crc32c (0, desc, sizeof *h + n * RBJ_EXTENT_BYTES);
+  {
+    uint32_t le = htole32 (dcrc);
+    memcpy (desc + sizeof *h + n * RBJ_EXTENT_BYTES, &le, 4);
+  }
+  memset (&c, 0, sizeof c);
+  c.magic = htole32 (COMMIT_MAGIC);
+  c.desc_crc = htole32 (dcrc);
+  c.nonce = htole64 (j->nonce);
+  c.seq = htole64 (j->next_seq);
+  c.total_len = htole64 (total);
+  c.crc = htole32 (rbj_crc32c (0, &c, offsetof (struct rbj_commit, crc)));
+
+  pos = j->head;
+  k += area_io (j, RB_IO_WRITE, pos, desc, desc_len, io + k);
+  pos += desc_len;
+  /* Data extents, coalescing those contiguous in memory. */
+  for (i = 0; i < n; ) {
+    const uint8_t *p;
+    uint64_t l;
+
+    if (x[i].kind != RBJ_DATA) {
+      i++;
+      continue;
+    }
+    p = x[i].data;
+    l = x[i].length;
+    for (i++; i < n && (x[i].kind != RBJ_DATA ||
+                        (x[i].data == p + l &&
+                         l + x[i].length <= RB_MAX_STORE_IO)); i++)
+      if (x[i].kind == RBJ_DATA)
+        l += x[i].length;
+    if (k + 4 > cap) {
+      struct rb_io *nio;
+      cap *= 2;
+      nio = realloc (io, cap * sizeof *io);
+      if (nio == NULL) {
+        rb_set_error (errno, "journal %s: out of memory", j->name);
+        return -1;
+      }
+      io = nio;
+    }
+    k += area_io (j, RB_IO_WRITE, pos, (void *) p, l, io + k);
+    pos += l;
+  }
+  if (data_len > data) {
+    k += area_io (j, RB_IO_WRITE, pos, (void *) zeroes, data_len - data,
+                  io + k);
+    pos += data_len - data;
+  }
+  {
+    uint8_t block[RBJ_BLOCK];
+    int r;
+
+    memset (block, 0, sizeof block);
+    memcpy (block, &c, sizeof c);
+    k += area_io (j, RB_IO_WRITE, pos, block, RBJ_BLOCK, io + k);
+    r = j->store->ops->submit (j->store, io, k);
+    if (r == 0)
+      r = j->store->ops->flush (j->store);
+    if (r == -1) {
+      rb_set_error (errno, "journal %s: append of transaction %" PRIu64
+                    " failed: %s", j->name, j->next_seq, rb_get_error ());
+      return -1;
+    }
+  }
+  *start = j->head;
+  *len = total;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+    j->head += total;
+  }
+  j->next_seq++;
+  return 0;
+}
+
+void
+rbj_retire (struct rb_journal *j, uint64_t seq, uint64_t start, uint64_t len)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+  if (start + len > j->tail) {
+    j->tail = start + len;
+    j->tail_seq = seq + 1;
+  }
+}
+
+/* ---- replay ---- */
+
+#define REPLAY_BATCH 64
+
+/* Read, check and apply the transaction at *pos with sequence seq.
+ * Returns 1 if it was applied, 0 if it is not there (the end), -1 on an
+ * I/O error.  *torn: it was there in part.
+ */
+static int
+replay_one (struct rb_journal *j, struct rb_store *back, uint64_t pos,
+            uint64_t seq, uint64_t room, uint64_t *total, uint64_t *bytes,
+            bool *torn)
+{
+  uint8_t first[RBJ_BLOCK], cblock[RBJ_BLOCK];
+  CLEANUP_FREE uint8_t *desc = NULL, *data = NULL;
+  struct rbj_desc_hdr h;
+  struct rbj_commit c;
+  struct rbj_disk_extent *e;
+  uint64_t desc_len, data_len, off, n, i;
+  uint32_t dcrc, stored;
+
+  if (area_read (j, pos, first, RBJ_BLOCK) == -1)
+    return -1;
+  memcpy (&h, first, sizeof h);
+  if (le32toh (h.magic) != DESC_MAGIC || le64toh (h.nonce) != j->nonce ||
+      le64toh (h.seq) != seq)
+    return 0;                   /* not ours: the end */
+  *torn = true;                 /* ours from here on: complete or torn */
+  n = le32toh (h.nextents);
+  desc_len = le64toh (h.desc_len);
+  data_len = le64toh (h.data_len);
+  if (n == 0 || desc_len != desc_len_of (n) || data_len % RBJ_BLOCK ||
+      data_len > room || desc_len + data_len + RBJ_BLOCK > room)
+    return 0;
+  if ((desc = malloc (desc_len)) == NULL ||
+      (data = malloc (data_len ? data_len : 1)) == NULL) {
+    rb_set_error (errno, "journal %s: out of memory for a transaction of "
+                  "%" PRIu64 " bytes", j->name, desc_len + data_len);
+    return -1;
+  }
+  if (area_read (j, pos, desc, desc_len) == -1)
+    return -1;
+  dcrc = rbj_crc32c (0, desc, sizeof h + n * RBJ_EXTENT_BYTES);
+  memcpy (&stored, desc + sizeof h + n * RBJ_EXTENT_BYTES, 4);
+  if (le32toh (stored) != dcrc)
+    return 0;
+  if (area_read (j, pos + desc_len + data_len, cblock, RBJ_BLOCK) == -1)
+    return -1;
+  memcpy (&c, cblock, sizeof c);
+  if (le32toh (c.magic) != COMMIT_MAGIC || le64toh (c.nonce) != j->nonce ||
+      le64toh (c.seq) != seq || le32toh (c.desc_crc) != dcrc ||
+      le64toh (c.total_len) != desc_len + data_len + RBJ_BLOCK ||
+      le32toh (c.crc) != rbj_crc32c (0, &c, offsetof (struct rbj_commit, crc)))
+    return 0;
+  if (data_len && area_read (j, pos + desc_len, data, data_len) == -1)
+    return -1;
+  e = (struct rbj_disk_extent *) (desc + sizeof h);
+  for (i = 0, off = 0; i < n; i++) {
+    uint64_t eo = le64toh (e[i].offset), el = le64toh (e[i].length);
+    uint32_t kind = le32toh (e[i].kind);
+
+    if (el == 0 || eo + el > back->size || eo + el < eo ||
+        (kind != RBJ_DATA && kind != RBJ_ZERO))
+      return 0;
+    if (kind == RBJ_DATA) {
+      if (off + el > data_len ||
+          rbj_crc32c (0, data + off, el) != le32toh (e[i].crc))
+        return 0;
+      off += el;
+    }
+  }
+  /* Complete and intact: apply it. */
+  *torn = false;
+  {
+    struct rb_io io[REPLAY_BATCH];
+    size_t k = 0;
+
+    for (i = 0, off = 0; i < n; i++) {
+      uint64_t eo = le64toh (e[i].offset), el = le64toh (e[i].length);
+      bool is_data = le32toh (e[i].kind) == RBJ_DATA;
+
+      io[k++] = (struct rb_io) {
+        .op = is_data ? RB_IO_WRITE : RB_IO_ZERO,
+        .buf = is_data ? data + off : NULL, .count = el, .offset = eo,
+      };
+      if (is_data)
+        off += el;
+      *bytes += el;
+      if (k == REPLAY_BATCH || i == n - 1) {
+        if (back->ops->submit (back, io, k) == -1) {
+          rb_set_error (errno, "journal %s: replay of transaction %" PRIu64
+                        " onto the backing store failed: %s", j->name, seq,
+                        rb_get_error ());
+          return -1;
+        }
+        k = 0;
+      }
+    }
+  }
+  *total = desc_len + data_len + RBJ_BLOCK;
+  return 1;
+}
+
+static int
+replay (struct rb_journal *j, struct rb_store *back, uint64_t tail,
+        uint64_t tail_seq, struct rbj_replay *rp)
+{
+  uint64_t pos = tail, seq = tail_seq;
+
+  for (;;) {
+    uint64_t total = 0;
+    bool torn = false;
+    int r = replay_one (j, back, pos, seq, j->area_size - (pos - tail),
+                        &total, &rp->bytes, &torn);
+    if (r == -1)
+      return -1;
+    if (r == 0) {
+      rp->torn = torn;
+      break;
+    }
+    if (rp->txns == 0)
+      rp->first_seq = seq;
+    rp->last_seq = seq;
+    rp->txns++;
+    pos += total;
+    seq++;
+  }
+  if (rp->txns > 0 && back->ops->flush (back) == -1) {
+    rb_set_error (errno, "journal %s: sync of the backing store after "
+                  "replay failed: %s", j->name, rb_get_error ());
+    return -1;
+  }
+  j->next_seq = seq;
+  return 0;
+}
+
+/* ---- open, close ---- */
+
+static bool
+all_zero (const uint8_t *p, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
+struct rb_journal *
+rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
+          struct rbj_replay *rp)
+{
+  struct rb_journal *j;
+  uint8_t head[RBJ_AREA_START];
+  struct rbj_super s[2], *best = NULL;
+  int i;
+
+  memset (rp, 0, sizeof *rp);
+  if (js->size < RBJ_MIN_SIZE) {
+    rb_set_error (EINVAL, "journal=%s is %" PRIu64 " bytes: a journal must "
+                  "be at least %" PRIu64 " bytes (1 MiB), and larger than "
+                  "what is written between two commits", name, js->size,
+                  RBJ_MIN_SIZE);
+    return NULL;
+  }
+  if (js->read_only) {
+    rb_set_error (EROFS, "journal=%s is read-only", name);
+    return NULL;
+  }
+  j = calloc (1, sizeof *j);
+  if (j == NULL || (j->name = strdup (name)) == NULL) {
+    rb_set_error (errno, "calloc");
+    free (j);
+    return NULL;
+  }
+  rb_mutex_init (&j->lock);
+  j->store = js;
+  j->back_size = back->size;
+  if (rb_store_pread (js, head, sizeof head, 0) == -1) {
+    rb_set_error (errno, "journal=%s: cannot read its super block: %s",
+                  name, rb_get_error ());
+    goto fail;
+  }
+  memcpy (s, head, sizeof s);
+  for (i = 0; i < 2; i++)
+    if (super_valid (&s[i]) &&
+        (best == NULL || le64toh (s[i].gen) > le64toh (best->gen)))
+      best = &s[i];
+
+  if (best == NULL) {
+    if (!all_zero (head, sizeof head)) {
+      rb_set_error (EINVAL, "journal=%s holds data that is not a ramback "
+                    "journal (or its super block is damaged): refusing to "
+                    "overwrite it; to make it a new journal, zero its first "
+                    "4 KiB (dd if=/dev/zero of=JOURNAL bs=4096 count=1 "
+                    "conv=notrunc)", name);
+      goto fail;
+    }
+    j->journal_size = js->size;
+    j->area_start = RBJ_AREA_START;
+    j->area_size = (js->size - RBJ_AREA_START) & ~(uint64_t) (RBJ_BLOCK - 1);
+    j->next_seq = 1;
+    rp->formatted = true;
+  }
+  else {
+    j->journal_size = le64toh (best->journal_size);
+    j->area_start = le64toh (best->area_start);
+    j->area_size = le64toh (best->area_size);
+    j->gen = le64toh (best->gen);
+    j->nonce = le64toh (best->nonce);
+    if (le64toh (best->back_size) != back->size) {
+      rb_set_error (EINVAL, "journal=%s belongs to a backing store of %"
+                    PRIu64 " bytes, and this one has %" PRIu64 ": it is "
+                    "another device's journal (zero its first 4 KiB to "
+                    "reuse it, losing what it holds)", name,
+                    le64toh (best->back_size), back->size);
+      goto fail;
+    }
+    if (j->area_start != RBJ_AREA_START || j->area_size < RBJ_BLOCK * 8 ||
+        j->area_size % RBJ_BLOCK ||
+        j->area_start + j->area_size > js->size) {
+      rb_set_error (EINVAL, "journal=%s: its super block describes an area "
+                    "of %" PRIu64 " bytes at %" PRIu64 ", which does not fit "
+                    "in its %" PRIu64 " bytes (was it shrunk?)", name,
+                    j->area_size, j->area_start, js->size);
+      goto fail;
+    }
+    if (replay (j, back, le64toh (best->tail), le64toh (best->tail_seq),
+                rp) == -1)
+      goto fail;
+  }
+  /* A new run: new nonce, empty journal, durable before any append. */
+  j->nonce = new_nonce ();
+  j->head = j->tail = 0;
+  j->tail_seq = j->next_seq;
+  if (write_super (j) == -1)
+    goto fail;
+  return j;
+
+ fail:
+  rb_mutex_destroy (&j->lock);
+  free (j->name);
+  free (j);
+  return NULL;
+}
+
+int
+rbj_close (struct rb_journal *j, bool clean)
+{
+  int r = 0;
+
+  if (j == NULL)
+    return 0;
+  if (clean) {
+    bool empty;
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
+      empty = j->tail == j->head;
+    }
+    if (empty && j->durable_tail != j->head)
+      r = write_super (j);
+  }
+  rb_mutex_destroy (&j->lock);
+  free (j->name);
+  free (j);
+  return r;
+}
+
+int
+rbj_check_not_back (const char *uri, const char *back_uri,
+                    const struct rb_store_id *id)
+{
+  struct stat st;
+
+  if (rb_store_is_nbd_uri (uri)) {
+    if (back_uri && strcmp (uri, back_uri) == 0)
+      goto same;
+    return 0;
+  }
+  if (stat (uri, &st) == -1)
+    return 0;                   /* opening it will say what is wrong */
+  if ((id->kind == RB_STORE_FILE && S_ISREG (st.st_mode) &&
+       st.st_dev == id->dev && st.st_ino == id->ino) ||
+      (id->kind == RB_STORE_BLOCK && S_ISBLK (st.st_mode) &&
+       st.st_rdev == id->dev))
+    goto same;
+  return 0;
+ same:
+  rb_set_error (EINVAL, "journal %s is the backing store itself: the "
+                "journal needs a store of its own (another file, device "
+                "or export, ideally on another disk)", uri);
+  return -1;
+}
+
+int
+rbj_recover (const struct rb_store_params *backp,
+             const struct rb_store_params *journalp, struct rbj_replay *rp)
+{
+  struct rb_store *back, *js;
+  struct rb_journal *j;
+  int r = -1;
+
+  back = rb_store_open (backp);
+  if (back == NULL)
+    return -1;
+  if (back->read_only) {
+    rb_set_error (EROFS, "%s is read-only", backp->uri);
+    rb_store_close (back);
+    return -1;
+  }
+  if (rbj_check_not_back (journalp->uri, backp->uri, &back->id) == -1 ||
+      (js = rb_store_open (journalp)) == NULL) {
+    rb_store_close (back);
+    return -1;
+  }
+  j = rbj_open (js, journalp->uri, back, rp);
+  if (j)
+    r = rbj_close (j, true);
+  rb_store_close (js);
+  rb_store_close (back);
+  return r;
+}

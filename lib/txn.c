@@ -1,0 +1,1042 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: write back in transactions through a journal (journal=).
+ *
+ * Without a journal the flusher writes dirty chunks back in any order
+ * and a crash without UPS can leave the backing store a mixture of old
+ * and new chunks.  With one, the backing store plus the journal always
+ * recover to a point in time: the device's exact content at one commit
+ * point T (every write acknowledged before T in full, nothing that
+ * began after it).  Design:
+ *
+ * Commit points.  The committer thread (it runs in the flusher's
+ * place) makes a commit point when a client FLUSH waits for one (a
+ * sync ticket, flush.c), when asked (a FLUSH with fsync=ignore, a
+ * throttled writer), when the oldest uncommitted write is
+ * commit-interval= old, and at a clean stop.  At the commit point it
+ * holds the write gate exclusively: no application write is between
+ * its start and its end, so "written before T" and "written after T"
+ * is a clean cut.  Under the gate, every DIRTY and ZERO chunk becomes
+ * part of transaction N: it moves to CLEAN (so a later write re-dirties
+ * it for N+1), and a DIRTY chunk gets its bit in 'pending' ("RAM still
+ * holds N's content, not captured yet").  The gate is released at once:
+ * the pause is O(dirty chunks) bit operations, not a copy of the data.
+ *
+ * Capture (copy on write).  The committer then copies the pending
+ * chunks from RAM into N's buffer, a batch at a time under cap_lock,
+ * clearing their bits.  An application write that touches a chunk
+ * whose bit is still set copies the chunk into N's buffer first (under
+ * cap_lock), clears the bit, and only then changes RAM: N's buffer ends
+ * up holding every chunk exactly as it was at T.
+ *
+ * Commit.  N's extents (data runs from the buffer, zero runs as a
+ * length only) are appended to the journal with CRC-32C, then a commit
+ * block, and the journal is synced (journal.c): N is committed, and the
+ * FLUSHes that asked for it (their tickets were issued before T) are
+ * acknowledged.  fsync=wait therefore costs one sequential append and
+ * one journal sync.
+ *
+ * Apply.  The applier thread writes committed transactions in place on
+ * the backing store, syncs it, and retires them (the journal's tail
+ * moves past them; journal.c persists it before the space is reused).
+ * When the backing store lags, the applier takes every committed
+ * transaction queued at once and writes each chunk only in its newest
+ * version: replay after a crash in the middle writes the older ones
+ * and then the newer ones again, so the merge is invisible.  Those
+ * writes come from the transactions' buffers, never from RAM (RAM may
+ * already hold N+1), so the memory this costs is bounded by the
+ * journal's size.
+ *
+ * Bounds.  A transaction must fit in the journal.  Writers reserve, before
+ * they enter the gate, the journal space their chunks could take
+ * (chunk size + an extent entry each) and wait while the live
+ * transactions, the dirty chunks, the reservations and their own would
+ * exceed the journal; a single write larger than the whole journal
+ * fails with a message that says so.  dirty-max= and ups-window= apply
+ * as before (rb_throttle).
+ *
+ * Writethrough mode with a journal: a write completes once the
+ * transaction holding it is on the backing store (applied and synced),
+ * so the backing store alone holds it, as in plain writethrough.  FUA
+ * with fsync=wait completes once it is committed in the journal.
+ *
+ * With ram= (resume.c): a chunk's NB bit is set before it moves to
+ * CLEAN at the commit point, and retired once its transaction is
+ * committed in the journal (a start replays the journal onto the
+ * backing store before it resumes the RAM image).  The committer does
+ * both, so no newer commit point can interleave.
+ *
+ * Locking (lock order: gate, then cap_lock; rb->lock never held while
+ * taking the gate or cap_lock, and neither held across I/O except
+ * that a writer holding the gate shared may load its edge chunks):
+ *   gate       rwlock; application writes hold it shared from before
+ *              their copy-on-write check until their chunks are marked
+ *              dirty; the committer holds it exclusively for a commit
+ *              point.
+ *   cap_lock   the pending bits' clearing and the capturing
+ *              transaction's buffer.
+ *   pending    [atomic] set only under the gate held exclusively,
+ *              cleared only under cap_lock after the chunk was copied.
+ *   capturing  [cap_lock] the transaction whose chunks are pending.
+ *   queue, commit_now, applied_target, dirty_since  [rb->lock]
+ *   reserved, jused, counters  [atomic]
+ *   seen       [applier]
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cleanup.h"
+#include "error.h"
+#include "internal.h"
+#include "journal.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 5000
+#define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
+#define APPLY_BATCH 64
+
+struct txn_run {
+  uint64_t first, n;
+  enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
+  uint64_t buf_off;             /* CS_DIRTY: where its data is in buf */
+};
+
+struct txn {
+  struct txn *next;
+  uint64_t target;              /* sync tickets it answers */
+  struct txn_run *runs;
+  size_t nruns, cap;
+  uint8_t *buf;
+  uint64_t data_bytes, chunks;
+  uint64_t seq, jstart, jlen;   /* where it is in the journal */
+};
+
+struct rb_txns {
+  struct rb_store *jstore;
+  struct rb_journal *j;
+  struct rbj_replay replay;
+  uint64_t capacity;
+  uint64_t interval_ns;
+  uint64_t per_chunk;           /* journal bytes a dirty chunk may take */
+
+  rb_rwlock gate;
+  rb_mutex cap_lock;
+  uint64_t *pending;            /* [atomic] */
+  struct txn *capturing;        /* [cap_lock] */
+
+  struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
+  bool commit_now;              /* [rb->lock] */
+  bool committer_done;          /* [rb->lock] */
+  uint64_t dirty_since;         /* [rb->lock] 0: nothing uncommitted */
+  uint64_t applied_target;      /* [rb->lock] */
+  rb_cond applier_cond;
+  rb_thread applier;
+  bool applier_running;
+
+  uint64_t reserved, jused;     /* [atomic] */
+  uint64_t admit_waiters;       /* [atomic] */
+  uint64_t commits, applied;    /* [atomic] */
+  uint64_t last_commit_ns;      /* [atomic] monotonic */
+  uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
+
+  uint64_t *seen;               /* [applier] */
+};
+
+static bool
+bit_test (uint64_t *bits, uint64_t c)
+{
+  return (rb_atomic_load (&bits[c / 64]) >> (c % 64)) & 1;
+}
+
+static void
+bit_set (uint64_t *bits, uint64_t c)
+{
+  rb_atomic_or (&bits[c / 64], UINT64_C (1) << (c % 64));
+}
+
+static void
+bit_clear (uint64_t *bits, uint64_t c)
+{
+  rb_atomic_and (&bits[c / 64], ~(UINT64_C (1) << (c % 64)));
+}
+
+static uint64_t
+wall_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_REALTIME, &ts);
+  return ts.tv_sec * UINT64_C (1000000000) + ts.tv_nsec;
+}
+
+static void
+txn_free (struct txn *t)
+{
+  if (t) {
+    free (t->runs);
+    free (t->buf);
+    free (t);
+  }
+}
+
+/* ---- open, close ---- */
+
+int
+rb_txn_open (struct rb *rb)
+{
+  struct rb_txns *t;
+  struct rb_store_params sp;
+  uint64_t words = (rb->nchunks + 63) / 64;
+
+  if (rbj_check_not_back (rb->cfg.journal, rb->cfg.store.uri,
+                          &rb->store->id) == -1)
+    return -1;
+  t = calloc (1, sizeof *t);
+  if (t == NULL) {
+    rb_set_error (errno, "calloc");
+    return -1;
+  }
+  rb->txns = t;
+  rb_rwlock_init (&t->gate);
+  rb_mutex_init (&t->cap_lock);
+  rb_cond_init (&t->applier_cond);
+  t->q_tail = &t->q_head;
+  t->interval_ns = (rb->cfg.commit_interval_ms
+                    ? rb->cfg.commit_interval_ms : RB_DEFAULT_COMMIT_INTERVAL_MS)
+    * UINT64_C (1000000);
+  t->per_chunk = rb->chunk_size + RBJ_EXTENT_BYTES;
+  t->pending = calloc (words, sizeof (uint64_t));
+  t->seen = calloc (words, sizeof (uint64_t));
+  if (t->pending == NULL || t->seen == NULL) {
+    rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
+    return -1;
+  }
+
+  sp = rb->cfg.store;
+  sp.uri = rb->cfg.journal;
+  sp.create_size = 0;
+  sp.read_only = false;
+  t->jstore = rb_store_open (&sp);
+  if (t->jstore == NULL) {
+    rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
+                  rb_get_error ());
+    return -1;
+  }
+  t->j = rbj_open (t->jstore, rb->cfg.journal, rb->store, &t->replay);
+  if (t->j == NULL)
+    return -1;
+  t->capacity = rbj_capacity (t->j);
+  if (t->capacity < RBJ_TXN_FIXED + 4 * t->per_chunk) {
+    rb_set_error (EINVAL, "journal=%s holds %" PRIu64 " bytes of "
+                  "transactions, too few for chunks of %" PRIu32 " bytes: "
+                  "make it at least %" PRIu64 " bytes or use a smaller "
+                  "chunk=", rb->cfg.journal, t->capacity, rb->chunk_size,
+                  RBJ_AREA_START + RBJ_TXN_FIXED + 4 * t->per_chunk);
+    return -1;
+  }
+  if (t->replay.formatted)
+    rb_log ("journal: %s is new: formatted, %" PRIu64 " bytes for "
+            "transactions", rb->cfg.journal, t->capacity);
+  else if (t->replay.txns)
+    rb_log ("journal: replayed %" PRIu64 " transactions (%" PRIu64 " to %"
+            PRIu64 ", %" PRIu64 " bytes) onto the backing store%s",
+            t->replay.txns, t->replay.first_seq, t->replay.last_seq,
+            t->replay.bytes,
+            t->replay.torn ? "; ignored an incomplete one after them" : "");
+  else
+    rb_log ("journal: empty, nothing to replay%s",
+            t->replay.torn ? " (ignored an incomplete transaction)" : "");
+  return 0;
+}
+
+int
+rb_txn_check_fit (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t need = chunkmap_dirty (&rb->map) * t->per_chunk + RBJ_TXN_FIXED;
+
+  if (chunkmap_dirty (&rb->map) > 0 && need > t->capacity) {
+    rb_set_error (ENOSPC, "the RAM image holds %" PRIu64 " dirty chunks "
+                  "(up to %" PRIu64 " bytes of journal), more than "
+                  "journal=%s holds (%" PRIu64 "): use a larger journal",
+                  chunkmap_dirty (&rb->map), need, rb->cfg.journal,
+                  t->capacity);
+    return -1;
+  }
+  return 0;
+}
+
+void
+rb_txn_close (struct rb *rb, bool clean)
+{
+  struct rb_txns *t = rb->txns;
+  struct txn *x, *next;
+
+  if (t == NULL)
+    return;
+  if (t->j && rbj_close (t->j, clean && t->q_head == NULL) == -1)
+    rb_warn ("%s", rb_get_error ());
+  for (x = t->q_head; x; x = next) {
+    next = x->next;
+    txn_free (x);
+  }
+  rb_store_close (t->jstore);
+  rb_rwlock_destroy (&t->gate);
+  rb_mutex_destroy (&t->cap_lock);
+  rb_cond_destroy (&t->applier_cond);
+  free (t->pending);
+  free (t->seen);
+  free (t);
+  rb->txns = NULL;
+}
+
+/* ---- the write path ---- */
+
+static uint64_t
+pending_est (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  return rb_atomic_load (&t->jused) +
+    chunkmap_dirty (&rb->map) * t->per_chunk + rb_atomic_load (&t->reserved);
+}
+
+int
+rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
+                    uint64_t *reserved)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t est = (c1 - c0 + 1) * t->per_chunk, c;
+
+  if (est + RBJ_TXN_FIXED > t->capacity) {
+    rb_set_error (EINVAL, "a write of %" PRIu64 " chunks needs up to %"
+                  PRIu64 " bytes of journal, more than journal=%s holds (%"
+                  PRIu64 "): use a larger journal, or smaller requests",
+                  c1 - c0 + 1, est + RBJ_TXN_FIXED, rb->cfg.journal,
+                  t->capacity);
+    return -1;
+  }
+  if (pending_est (rb) + est + RBJ_TXN_FIXED > t->capacity) {
+    rb_atomic_add (&rb->throttled, 1);
+    rb_atomic_add (&t->admit_waiters, 1);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      while (!rb->stopping &&
+             pending_est (rb) + est + RBJ_TXN_FIXED > t->capacity) {
+        t->commit_now = true;
+        rb_cond_signal (&rb->flusher_cond);
+        rb_cond_wait (&rb->space_cond, &rb->lock);
+      }
+    }
+    rb_atomic_sub (&t->admit_waiters, 1);
+  }
+  rb_atomic_add (&t->reserved, est);
+  *reserved = est;
+
+  rb_rwlock_rdlock (&t->gate);
+  /* Copy on write: chunks of the transaction being captured are copied
+   * into it before RAM changes.
+   */
+  for (c = c0; c <= c1; c++) {
+    if (!bit_test (t->pending, c))
+      continue;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
+    if (bit_test (t->pending, c)) {
+      struct txn *x = t->capturing;
+      size_t lo = 0, hi = x->nruns;
+
+      while (hi - lo > 1) {     /* the run holding c */
+        size_t mid = (lo + hi) / 2;
+        if (x->runs[mid].first <= c)
+          lo = mid;
+        else
+          hi = mid;
+      }
+      memcpy (x->buf + x->runs[lo].buf_off +
+              ((c - x->runs[lo].first) << rb->chunk_shift),
+              rb->ram.base + chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+      bit_clear (t->pending, c);
+    }
+  }
+  return 0;
+}
+
+void
+rb_txn_write_end (struct rb *rb, uint64_t reserved)
+{
+  struct rb_txns *t = rb->txns;
+  bool first = false;
+
+  rb_rwlock_unlock (&t->gate);
+  rb_atomic_sub (&t->reserved, reserved);
+  if (rb_atomic_load (&t->admit_waiters) ||
+      !rb_atomic_load (&t->dirty_since)) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0) {
+      t->dirty_since = rb_now_ns ();
+      first = true;
+    }
+    rb_cond_broadcast (&rb->space_cond);
+    if (first)
+      rb_cond_signal (&rb->flusher_cond);
+  }
+}
+
+void
+rb_txn_request_commit (struct rb *rb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  rb->txns->commit_now = true;
+  rb_cond_signal (&rb->flusher_cond);
+}
+
+int
+rb_txn_wait_applied (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t ticket;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (!rb->flusher_running) {
+    rb_set_error (ESHUTDOWN, "the journal's committer is not running");
+    return -1;
+  }
+  ticket = ++rb->sync_requested;
+  rb_cond_signal (&rb->flusher_cond);
+  while (t->applied_target < ticket && rb->sync_failed < ticket)
+    rb_cond_wait (&rb->sync_cond, &rb->lock);
+  if (t->applied_target >= ticket)
+    return 0;
+  rb_set_error (rb->sync_errno ? rb->sync_errno : EIO, "writethrough: the "
+                "transaction holding this write could not be committed "
+                "(the data is kept in RAM and will be retried)");
+  return -1;
+}
+
+/* ---- commit points (the committer) ---- */
+
+static int
+add_run (struct txn *x, uint64_t first, uint64_t n, enum chunk_state kind)
+{
+  if (x->nruns == x->cap) {
+    size_t cap = x->cap ? x->cap * 2 : 16;
+    struct txn_run *v = realloc (x->runs, cap * sizeof *v);
+    if (v == NULL)
+      return -1;
+    x->runs = v;
+    x->cap = cap;
+  }
+  x->runs[x->nruns++] = (struct txn_run) { first, n, kind, 0 };
+  return 0;
+}
+
+/* Every dirty chunk, as runs of one kind.  Gate held exclusively. */
+static int
+collect_all (struct rb *rb, struct txn *x)
+{
+  uint64_t c = 0;
+  uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
+                            UINT64_C (1));
+
+  for (;;) {
+    enum chunk_state st;
+    uint64_t n;
+
+    c = chunkmap_next (&rb->map, c, CS_ANY_DIRTY);
+    if (c == UINT64_MAX || c >= rb->nchunks)
+      break;
+    st = chunkmap_get (&rb->map, c);
+    if (st != CS_DIRTY && st != CS_ZERO) {
+      c++;
+      continue;
+    }
+    n = chunkmap_run (&rb->map, c, per_io, CS_BIT (st));
+    if (n == 0) {
+      c++;
+      continue;
+    }
+    if (add_run (x, c, n, st) == -1)
+      return -1;
+    if (st == CS_DIRTY) {
+      x->runs[x->nruns - 1].buf_off = x->data_bytes;
+      x->data_bytes += chunks_bytes (rb, c, n);
+    }
+    x->chunks += n;
+    c += n;
+  }
+  return 0;
+}
+
+/* Copy the pending chunks of x from RAM, a batch at a time. */
+static void
+capture (struct rb *rb, struct txn *x)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t batch = RB_MAX (CAPTURE_BATCH_BYTES >> rb->chunk_shift,
+                           UINT64_C (1));
+  size_t i;
+
+  for (i = 0; i < x->nruns; i++) {
+    struct txn_run *r = &x->runs[i];
+    uint64_t c = r->first, end = r->first + r->n;
+
+    if (r->kind != CS_DIRTY)
+      continue;
+    while (c < end) {
+      uint64_t stop = RB_MIN (end, c + batch);
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
+      for (; c < stop; c++)
+        if (bit_test (t->pending, c)) {
+          memcpy (x->buf + r->buf_off + ((c - r->first) << rb->chunk_shift),
+                  rb->ram.base + chunk_offset (rb, c),
+                  chunks_bytes (rb, c, 1));
+          bit_clear (t->pending, c);
+        }
+    }
+  }
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
+  t->capturing = NULL;
+}
+
+/* Put a transaction that could not be committed back to dirty: the
+ * next commit point takes the chunks again, with their content then.
+ */
+static void
+uncommit (struct rb *rb, struct txn *x)
+{
+  size_t i;
+
+  for (i = 0; i < x->nruns; i++)
+    rb_redirty (rb, chunk_offset (rb, x->runs[i].first),
+                chunks_bytes (rb, x->runs[i].first, x->runs[i].n));
+  rb_atomic_sub (&rb->inflight_chunks, x->chunks);
+  rb_atomic_sub (&rb->txns->jused, x->jlen);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (rb->txns->dirty_since == 0)
+    rb->txns->dirty_since = rb_now_ns ();
+  rb_cond_broadcast (&rb->space_cond);
+}
+
+/* A commit point, capture, append.  Returns 0 (committed, or nothing
+ * to commit), 1 (no room in the journal yet: wait for the applier), or
+ * -1 with errno.
+ */
+static int
+commit_one (struct rb *rb, uint64_t target)
+{
+  struct rb_txns *t = rb->txns;
+  struct txn *x;
+  struct rbj_extent *ext;
+  uint64_t free_bytes;
+  size_t i;
+
+  x = calloc (1, sizeof *x);
+  if (x == NULL)
+    return -1;
+  x->target = target;
+
+  rb_rwlock_wrlock (&t->gate);
+  if (chunkmap_dirty (&rb->map) == 0) {
+    rb_rwlock_unlock (&t->gate);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    t->dirty_since = 0;
+    /* Nothing new: what the tickets cover is committed already.  A
+     * writethrough waiter also needs it applied: an empty transaction
+     * tells the applier, in order.
+     */
+    if (target > t->applied_target) {
+      *t->q_tail = x;
+      t->q_tail = &x->next;
+      rb_cond_signal (&t->applier_cond);
+    }
+    else
+      txn_free (x);
+    return 0;
+  }
+  if (collect_all (rb, x) == -1)
+    goto nomem;
+  x->jlen = rbj_txn_bytes (x->nruns, x->data_bytes);
+  free_bytes = t->capacity - rb_atomic_load (&t->jused);
+  if (x->jlen > free_bytes) {
+    rb_rwlock_unlock (&t->gate);
+    if (x->jlen > t->capacity)
+      rb_warn ("journal: the dirty data (%" PRIu64 " bytes in the journal) "
+               "does not fit in journal=%s (%" PRIu64 " bytes)", x->jlen,
+               rb->cfg.journal, t->capacity);
+    txn_free (x);
+    return 1;
+  }
+  if (x->data_bytes && (x->buf = malloc (x->data_bytes)) == NULL)
+    goto nomem;
+  for (i = 0; i < x->nruns; i++) {
+    struct txn_run *r = &x->runs[i];
+    uint64_t c;
+
+    if (rb->nb)
+      rb_nb_set (rb, r->first, r->n);
+    chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
+                   NULL);
+    if (r->kind == CS_DIRTY)
+      for (c = r->first; c < r->first + r->n; c++)
+        bit_set (t->pending, c);
+  }
+  rb_atomic_add (&rb->inflight_chunks, x->chunks);
+  rb_atomic_add (&t->jused, x->jlen);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
+    t->capturing = x;
+  }
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    t->dirty_since = 0;
+  }
+  rb_rwlock_unlock (&t->gate);
+
+  capture (rb, x);
+
+  ext = malloc (x->nruns * sizeof *ext);
+  if (ext == NULL) {
+    uncommit (rb, x);
+    txn_free (x);
+    rb_set_error (ENOMEM, "journal: out of memory");
+    return -1;
+  }
+  for (i = 0; i < x->nruns; i++) {
+    struct txn_run *r = &x->runs[i];
+    ext[i] = (struct rbj_extent) {
+      .offset = chunk_offset (rb, r->first),
+      .length = chunks_bytes (rb, r->first, r->n),
+      .kind = r->kind == CS_DIRTY ? RBJ_DATA : RBJ_ZERO,
+      .data = r->kind == CS_DIRTY ? x->buf + r->buf_off : NULL,
+    };
+  }
+  {
+    uint64_t jlen = x->jlen;
+    x->seq = rbj_next_seq (t->j);
+    if (rbj_append (t->j, ext, x->nruns, &x->jstart, &x->jlen) == -1) {
+      int err = errno;
+      free (ext);
+      x->jlen = jlen;
+      uncommit (rb, x);
+      txn_free (x);
+      rb_record_error (rb, err, rb_get_error ());
+      errno = err;
+      return -1;
+    }
+    /* What the journal actually took (never more than reserved). */
+    rb_atomic_sub (&t->jused, jlen - x->jlen);
+  }
+  free (ext);
+  rb_atomic_add (&t->commits, 1);
+  rb_atomic_store (&t->last_commit_ns, rb_now_ns ());
+  rb_atomic_store (&t->last_commit_wall, wall_ns ());
+
+  /* Committed: the journal replays it after a crash, so a resumed RAM
+   * image need not rewrite its chunks (nothing newer was taken since).
+   */
+  if (rb->nb) {
+    struct rb_extents ex = { 0 };
+    ex.v = malloc (x->nruns * sizeof *ex.v);
+    if (ex.v) {
+      for (i = 0; i < x->nruns; i++)
+        ex.v[i] = (struct rb_extent) {
+          chunk_offset (rb, x->runs[i].first),
+          chunks_bytes (rb, x->runs[i].first, x->runs[i].n)
+        };
+      ex.len = x->nruns;
+      rb_nb_retire (rb, &ex);
+      free (ex.v);
+    }
+  }
+  if (rb_tracing (rb))
+    rb_log ("journal: committed transaction %" PRIu64 ": %zu runs, %"
+            PRIu64 " bytes of data", x->seq, x->nruns, x->data_bytes);
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    *t->q_tail = x;
+    t->q_tail = &x->next;
+    rb_cond_signal (&t->applier_cond);
+  }
+  return 0;
+
+ nomem:
+  rb_rwlock_unlock (&t->gate);
+  txn_free (x);
+  rb_set_error (ENOMEM, "journal: out of memory for a transaction");
+  errno = ENOMEM;
+  return -1;
+}
+
+static bool
+should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
+{
+  struct rb_txns *t = rb->txns;
+
+  *deadline = UINT64_MAX;
+  if (rb->stopping || t->commit_now || rb->sync_requested > done)
+    return true;
+  if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
+    t->dirty_since = rb_now_ns ();      /* dirtied without telling us */
+  if (t->dirty_since) {
+    *deadline = t->dirty_since + t->interval_ns;
+    return rb_now_ns () >= *deadline;
+  }
+  return false;
+}
+
+static void *
+committer_main (void *arg)
+{
+  struct rb *rb = arg;
+  struct rb_txns *t = rb->txns;
+  uint64_t backoff = BACKOFF_MIN_MS, done = 0;
+
+  for (;;) {
+    uint64_t target, deadline;
+    int r;
+
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      while (!should_commit_locked (rb, done, &deadline))
+        rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+      target = rb->sync_requested;
+      t->commit_now = false;
+    }
+    r = commit_one (rb, target);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      if (r == 0) {
+        done = target;
+        if (target > rb->sync_done)
+          rb->sync_done = target;
+        rb_cond_broadcast (&rb->sync_cond);
+        backoff = BACKOFF_MIN_MS;
+        if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
+          break;
+        continue;
+      }
+      if (r == 1) {
+        /* Wait for the applier to free journal space. */
+        rb_cond_wait_until (&rb->space_cond, &rb->lock,
+                            rb_now_ns () + 100 * UINT64_C (1000000));
+        continue;
+      }
+      if (target > rb->sync_failed) {
+        rb->sync_failed = target;
+        rb->sync_errno = errno ? errno : EIO;
+      }
+      rb_cond_broadcast (&rb->sync_cond);
+      if (rb->stopping)
+        rb_warn ("clean stop: the journal cannot take the last %" PRIu64
+                 " dirty chunks yet; retrying", chunkmap_dirty (&rb->map));
+      {
+        uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
+        backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+        while (rb_now_ns () < until &&
+               rb_cond_wait_until (&rb->flusher_cond, &rb->lock, until))
+          ;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* ---- in place (the applier) ---- */
+
+static int
+cmp_io (const void *a, const void *b)
+{
+  const struct rb_io *x = a, *y = b;
+
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The I/O that puts the newest version of every chunk of the list
+ * (oldest first) in place.  Returns the number of requests in *ios.
+ */
+static size_t
+plan (struct rb *rb, struct txn *list, struct rb_io **ios)
+{
+  struct rb_txns *t = rb->txns;
+  struct txn *v[256], *x;
+  size_t nt = 0, k = 0, cap = 64, i, r;
+  struct rb_io *io = malloc (cap * sizeof *io);
+
+  if (io == NULL)
+    return SIZE_MAX;
+  for (x = list; x; x = x->next)
+    nt++;
+  /* Newest first: a chunk is written from the newest that has it. */
+  {
+    struct txn **order = nt <= 256 ? v : malloc (nt * sizeof *order);
+    if (order == NULL) {
+      free (io);
+      return SIZE_MAX;
+    }
+    for (i = 0, x = list; x; x = x->next)
+      order[nt - 1 - i++] = x;
+    for (i = 0; i < nt; i++) {
+      x = order[i];
+      for (r = 0; r < x->nruns; r++) {
+        struct txn_run *run = &x->runs[r];
+        uint64_t c = run->first, end = run->first + run->n;
+
+        while (c < end) {
+          uint64_t s;
+          if (nt > 1 && bit_test (t->seen, c)) {
+            c++;
+            continue;
+          }
+          for (s = c; c < end && !(nt > 1 && bit_test (t->seen, c)); c++)
+            if (nt > 1)
+              bit_set (t->seen, c);
+          if (k == cap) {
+            struct rb_io *n2 = realloc (io, cap * 2 * sizeof *io);
+            if (n2 == NULL) {
+              free (io);
+              if (order != v)
+                free (order);
+              return SIZE_MAX;
+            }
+            io = n2;
+            cap *= 2;
+          }
+          io[k++] = (struct rb_io) {
+            .op = run->kind == CS_DIRTY ? RB_IO_WRITE : RB_IO_ZERO,
+            .buf = run->kind == CS_DIRTY
+              ? x->buf + run->buf_off + ((s - run->first) << rb->chunk_shift)
+              : NULL,
+            .count = chunks_bytes (rb, s, c - s),
+            .offset = chunk_offset (rb, s),
+          };
+        }
+      }
+    }
+    if (order != v)
+      free (order);
+  }
+  if (nt > 1)
+    for (i = 0; i < k; i++) {
+      uint64_t c0 = chunk_of (rb, io[i].offset);
+      uint64_t c1 = chunk_of (rb, io[i].offset + io[i].count - 1), c;
+      for (c = c0; c <= c1; c++)
+        bit_clear (t->seen, c);
+    }
+  qsort (io, k, sizeof *io, cmp_io);
+  *ios = io;
+  return k;
+}
+
+static int
+apply (struct rb *rb, struct txn *list, uint64_t *bytes)
+{
+  CLEANUP_FREE struct rb_io *io = NULL;
+  size_t k = plan (rb, list, &io), i;
+
+  if (k == SIZE_MAX) {
+    rb_set_error (ENOMEM, "journal: out of memory to write in place");
+    return -1;
+  }
+  if (k == 0)
+    return 0;
+  for (i = 0; i < k; i += APPLY_BATCH) {
+    size_t n = RB_MIN (k - i, (size_t) APPLY_BATCH), e;
+    if (rb->store->ops->submit (rb->store, io + i, n) == -1) {
+      int err = errno ? errno : EIO;
+      char msg[200];
+      for (e = i; e < i + n && io[e].err == 0; e++)
+        ;
+      snprintf (msg, sizeof msg, "write in place of %" PRIu64 " bytes at %"
+                PRIu64 ": %s", e < i + n ? io[e].count : 0,
+                e < i + n ? io[e].offset : 0, rb_strerror (err));
+      rb_atomic_store (&rb->store_failing, true);
+      rb_record_error (rb, err, msg);
+      errno = err;
+      return -1;
+    }
+    for (e = i; e < i + n; e++)
+      *bytes += io[e].count;
+  }
+  if (rb->store->ops->flush (rb->store) == -1) {
+    int err = errno ? errno : EIO;
+    rb_atomic_add (&rb->sync_errors, 1);
+    rb_atomic_store (&rb->store_failing, true);
+    rb_record_error (rb, err, rb_get_error ());
+    errno = err;
+    return -1;
+  }
+  rb_atomic_add (&rb->syncs, 1);
+  return 0;
+}
+
+static void *
+applier_main (void *arg)
+{
+  struct rb *rb = arg;
+  struct rb_txns *t = rb->txns;
+  uint64_t backoff = BACKOFF_MIN_MS;
+
+  for (;;) {
+    struct txn *list, *x, *next;
+    uint64_t bytes = 0, t0, target = 0;
+
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      while (t->q_head == NULL && !t->committer_done)
+        rb_cond_wait (&t->applier_cond, &rb->lock);
+      if (t->q_head == NULL)
+        break;
+      /* Everything committed so far, merged (see the top). */
+      list = t->q_head;
+      t->q_head = NULL;
+      t->q_tail = &t->q_head;
+    }
+    t0 = rb_now_ns ();
+    while (apply (rb, list, &bytes) == -1) {
+      uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
+      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+      bytes = 0;
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      while (rb_now_ns () < until &&
+             rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
+        ;
+    }
+    backoff = BACKOFF_MIN_MS;
+    if (bytes) {
+      rb_atomic_store (&rb->store_failing, false);
+      rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
+      rb_atomic_add (&rb->stored_bytes, bytes);
+    }
+    for (x = list; x; x = next) {
+      next = x->next;
+      if (x->jlen) {
+        rbj_retire (t->j, x->seq, x->jstart, x->jlen);
+        rb_atomic_sub (&t->jused, x->jlen);
+        rb_atomic_sub (&rb->inflight_chunks, x->chunks);
+        rb_atomic_add (&t->applied, 1);
+      }
+      if (x->target > target)
+        target = x->target;
+      txn_free (x);
+    }
+    rb_recompute_limit (rb);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      if (target > t->applied_target)
+        t->applied_target = target;
+      rb_cond_broadcast (&rb->sync_cond);
+      rb_cond_broadcast (&rb->space_cond);
+    }
+  }
+  return NULL;
+}
+
+static void *
+committer_thread (void *arg)
+{
+  rb_thread_background ();
+  return committer_main (arg);
+}
+
+static void *
+applier_thread (void *arg)
+{
+  rb_thread_background ();
+  return applier_main (arg);
+}
+
+int
+rb_txn_start (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  if (rb_thread_create (&t->applier, applier_thread, rb) == -1) {
+    rb_set_error (errno, "cannot start the journal's applier thread");
+    return -1;
+  }
+  t->applier_running = true;
+  if (rb_thread_create (&rb->flusher, committer_thread, rb) == -1) {
+    rb_set_error (errno, "cannot start the journal's committer thread");
+    return -1;
+  }
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  rb->flusher_running = true;
+  return 0;
+}
+
+int
+rb_txn_stop (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_atomic_store (&rb->stopping, true);
+    rb_cond_broadcast (&rb->flusher_cond);
+  }
+  if (rb->flusher_running)
+    rb_thread_join (rb->flusher);
+  else
+    committer_main (rb);        /* never started: drain on this thread */
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    t->committer_done = true;
+    rb_cond_broadcast (&t->applier_cond);
+  }
+  if (t->applier_running)
+    rb_thread_join (t->applier);
+  else
+    applier_main (rb);
+  t->applier_running = false;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->flusher_running = false;
+    if (chunkmap_dirty (&rb->map) == 0)
+      rb->sync_done = rb->sync_requested;
+    else {
+      rb->sync_failed = rb->sync_requested;
+      rb->sync_errno = EIO;
+    }
+    rb_cond_broadcast (&rb->sync_cond);
+  }
+  if (chunkmap_dirty (&rb->map) > 0) {
+    rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",
+                  chunkmap_dirty (&rb->map));
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- status ---- */
+
+void
+rb_txn_stats (struct rb *rb, struct rb_stats *st)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t last;
+
+  if (t == NULL)
+    return;
+  st->journal = rb->cfg.journal;
+  st->journal_size = t->capacity;
+  st->journal_used_bytes = rb_atomic_load (&t->jused);
+  st->journal_commits = rb_atomic_load (&t->commits);
+  st->journal_applied = rb_atomic_load (&t->applied);
+  st->journal_replayed = t->replay.txns;
+  st->commit_interval = t->interval_ns / 1e9;
+  last = rb_atomic_load (&t->last_commit_ns);
+  st->last_commit_age = last ? (rb_now_ns () - last) / 1e9 : -1;
+  st->last_commit_time = rb_atomic_load (&t->last_commit_wall) / 1e9;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    st->commit_lag = t->dirty_since
+      ? (rb_now_ns () - t->dirty_since) / 1e9 : 0;
+  }
+}

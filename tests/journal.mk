@@ -1,0 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# The write-back journal (journal=): crash consistency, recovery.
+journal_tests = \
+	test-journal-crash.sh \
+	$(NULL)
+TESTS += $(journal_tests)
+EXTRA_DIST += $(journal_tests) \
+	journal-crash.py \
+	$(NULL)
