@@ -34,11 +34,16 @@ for (( round=0; round<rounds; round++ )); do
     RANDOM=$seed
     cut=$(( 20 + RANDOM % 300 ))
     echo "=== round $round: seed $seed, cut after $cut acknowledgements"
-    rm -f "$TMP"/bk.* "$TMP"/jr.* "$TMP/acks"
+    rm -f "$TMP"/bk.img "$TMP"/bk.dur "$TMP"/jr.img "$TMP"/jr.dur "$TMP/acks"
     truncate -s "$size" "$TMP/bk.dur" "$TMP/bk.img"
     truncate -s "$jsize" "$TMP/jr.dur" "$TMP/jr.img"
     : >"$TMP/acks"
-    start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur"
+    # Every other round the backing store's FLUSH is slow: the journal
+    # runs ahead of the in-place writes (which then merge transactions),
+    # fills and wraps around, and cuts land in the middle of applying.
+    slow=()
+    (( round % 2 )) || slow=(flush-rate=4M)
+    start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur" "${slow[@]}"
     start_faultdisk jr "$TMP/jr.img" durable="$TMP/jr.dur"
     jargs=(journal="$jr_uri" commit-interval=1)
     [ -z "$plain" ] || jargs=()
