@@ -955,8 +955,8 @@ cmd_recover (char **args, GError **err)
     printf ("replayed %" PRIu64 " transactions (%" PRIu64 " bytes) onto %s"
             "; the journal is empty now\n", rp.txns, rp.bytes, args[0]);
     if (rp.torn)
-      printf ("ignored an incomplete transaction after them (it was "
-              "never acknowledged)\n");
+      printf ("ignored a damaged or incomplete transaction after them "
+              "(one cut short by a crash)\n");
   }
   return TRUE;
 }

@@ -89,6 +89,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cleanup.h"
@@ -218,6 +219,16 @@ rb_txn_open (struct rb *rb)
     return -1;
   }
 
+  if (!rb_store_is_nbd_uri (rb->cfg.journal)) {
+    struct stat st;
+    if (stat (rb->cfg.journal, &st) == -1 && errno == ENOENT) {
+      rb_set_error (ENOENT, "journal=%s does not exist: create it first "
+                    "(e.g. truncate -s 256M %s; at least 1 MiB, and more "
+                    "than is written between two commits)",
+                    rb->cfg.journal, rb->cfg.journal);
+      return -1;
+    }
+  }
   sp = rb->cfg.store;
   sp.uri = rb->cfg.journal;
   sp.create_size = 0;
@@ -248,10 +259,12 @@ rb_txn_open (struct rb *rb)
             PRIu64 ", %" PRIu64 " bytes) onto the backing store%s",
             t->replay.txns, t->replay.first_seq, t->replay.last_seq,
             t->replay.bytes,
-            t->replay.torn ? "; ignored an incomplete one after them" : "");
+            t->replay.torn ? "; ignored a damaged or incomplete one after them"
+            : "");
   else
     rb_log ("journal: empty, nothing to replay%s",
-            t->replay.torn ? " (ignored an incomplete transaction)" : "");
+            t->replay.torn ? " (ignored a damaged or incomplete transaction)"
+            : "");
   return 0;
 }
 

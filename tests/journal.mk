@@ -2,6 +2,8 @@
 # The write-back journal (journal=): crash consistency, recovery.
 journal_tests = \
 	test-journal-crash.sh \
+	test-journal-recover.sh \
+	test-journal-limits.sh \
 	$(NULL)
 TESTS += $(journal_tests)
 EXTRA_DIST += $(journal_tests) \

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# The journal's bounds and bad input.
+#  - A write that can never fit in the journal fails with a message
+#    that says so; writes that fit only a few at a time wait (throttled)
+#    and the data is all there after a clean stop.
+#  - Bad journal= and commit-interval= values are refused with a clear
+#    message, before anything is written: a journal too small, the
+#    backing store itself (same path, or a link to it), a file that
+#    holds other data, another device's journal, commit-interval=
+#    without journal= or out of range.
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+
+size=$(( 8 * 1024 * 1024 ))
+truncate -s "$size" "$TMP/back.img"
+truncate -s $(( 1024 * 1024 )) "$TMP/j.img"
+
+echo "=== a 1 MiB journal: a 2 MiB write fails, 6 MiB of 256K writes wait"
+start_rb rb back="$TMP/back.img" journal="$TMP/j.img" chunk=64K
+py - "$rb_uri" "$rb_ctl" "$TMP/model" <<'EOF'
+import random, sys
+import nbd
+import model as M
+
+uri, ctl, modelf = sys.argv[1:]
+
+def body ():
+    c = M.Control (ctl)
+    h = M.connect (uri)
+    m = M.Model (h.get_size ())
+    try:
+        h.pwrite (bytes (2 << 20), 0)
+        M.fail ("a write larger than the journal was accepted")
+    except nbd.Error as e:
+        M.log ("2 MiB write refused: %s" % e)
+    rng = random.Random (5)
+    for i in range (24):
+        off = rng.randrange (0, m.size // 65536 - 4) * 65536
+        d = rng.randbytes (256 * 1024)
+        h.pwrite (d, off)
+        m.write (off, d)
+        st = c.status ()
+        if st["journal_used_bytes"] > st["journal_size"]:
+            M.fail ("the journal holds more than it can: %r" % st)
+    st = c.status ()
+    M.log ("throttled=%d journal_commits=%d" % (st["throttled"],
+                                                 st["journal_commits"]))
+    if st["throttled"] == 0 or st["journal_commits"] < 4:
+        M.fail ("6 MiB went through a 1 MiB journal without waiting: %r" % st)
+    m.check_nbd (h)
+    m.save (modelf)
+
+M.main (body)
+EOF
+grep -q 'more than journal=.* holds' "$rb_log" ||
+    fail "no message says the write is larger than the journal"
+stop_rb rb
+assert_same "$TMP/back.img" "$TMP/model"
+
+echo "=== bad input"
+truncate -s $(( 512 * 1024 )) "$TMP/small.img"
+ln -s "$TMP/back.img" "$TMP/link.img"
+head -c 8192 /dev/urandom >"$TMP/data.img"
+truncate -s $(( 2 * 1024 * 1024 )) "$TMP/data.img"
+truncate -s $(( 4 * 1024 * 1024 )) "$TMP/other.img"
+protect "$TMP/back.img" "$TMP/j.img" "$TMP/data.img"
+expect_fail "journal too small" "journal=.* is 524288 bytes: a journal must be at least" \
+    back="$TMP/back.img" journal="$TMP/small.img"
+expect_fail "journal is back=" "is the backing store itself" \
+    back="$TMP/back.img" journal="$TMP/back.img"
+expect_fail "journal is a link to back=" "is the backing store itself" \
+    back="$TMP/back.img" journal="$TMP/link.img"
+expect_fail "journal holds other data" "holds data that is not a ramback journal" \
+    back="$TMP/back.img" journal="$TMP/data.img"
+expect_fail "another device's journal" "belongs to a backing store of 8388608 bytes" \
+    back="$TMP/other.img" journal="$TMP/j.img"
+expect_fail "commit-interval without journal" "commit-interval= only applies with journal=" \
+    back="$TMP/back.img" commit-interval=2
+expect_fail "commit-interval=0" "commit-interval=0: expected seconds" \
+    back="$TMP/back.img" journal="$TMP/j.img" commit-interval=0
+expect_fail "missing journal" "journal=.*nosuch.img does not exist: create it first" \
+    back="$TMP/back.img" journal="$TMP/nosuch.img"
+ramback recover "$TMP/back.img" "$TMP/back.img" 2>"$TMP/err" &&
+    fail "recover accepted the backing store as its own journal"
+grep 'is the backing store itself' "$TMP/err" ||
+    fail "recover: no clear message for journal = backing store"
+echo "PASS ($ncases cases)"
