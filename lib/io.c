@@ -187,7 +187,10 @@ rb_throttle (struct rb *rb)
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
-  rb_flusher_kick (rb);
+  if (rb->txns)                 /* the dirty data drains by commits */
+    rb_txn_request_commit (rb);
+  else
+    rb_flusher_kick (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   while (!rb->stopping && OVER ()) {
     rb_cond_wait (&rb->space_cond, &rb->lock);

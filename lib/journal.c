@@ -34,7 +34,9 @@
  *   commit      one block: struct rbj_commit (magic "RJXC", the
  *               descriptor's CRC, nonce, seq, total length, CRC-32C)
  *
- * The whole transaction is written, then the journal is synced once:
+ * The data is written first (as it is captured), then the descriptor
+ * (with the data's CRCs) and the commit block, then the journal is
+ * synced once:
  * it is committed when its commit block is durable, and it counts only
  * if every CRC checks (a power cut may keep any subset of the blocks,
  * torn ones included).  Sequence numbers are consecutive.
@@ -51,13 +53,13 @@
  * Wrap-around: the committer appends at the head only into space that
  * the tail has left, and before it overwrites space that the *durable*
  * super block still counts as live it writes and syncs a super block
- * with the current tail (rbj_append), so recovery never starts at a
+ * with the current tail (rbj_begin), so recovery never starts at a
  * transaction that has been overwritten.
  *
  * Locking: 'lock' protects tail, tail_seq (the applier retires, the
  * committer reads).  head, next_seq, gen, durable_tail and the super
  * block writes belong to the committer (one thread at a time calls
- * rbj_append; open and close run alone).
+ * rbj_begin/rbj_write/rbj_commit; open and close run alone).
  */
 
 #include <config.h>
@@ -69,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -300,6 +303,27 @@ area_read (struct rb_journal *j, uint64_t pos, void *buf, uint64_t len)
   return j->store->ops->submit (j->store, io, n);
 }
 
+bool
+rbj_settle (struct rb_store *s)
+{
+  struct rb_store_range r[16];
+  bool any = false, pending;
+
+  if (s->ops->take_suspects == NULL)
+    return false;
+  for (;;) {
+    size_t n = s->ops->take_suspects (s, r, 16, &pending);
+    if (n)
+      any = true;
+    if (n == 16)
+      continue;
+    if (!pending)
+      return any;
+    any = true;
+    nanosleep (&(struct timespec) { 0, 50 * 1000000 }, NULL);
+  }
+}
+
 /* ---- super block ---- */
 
 static uint32_t
@@ -354,32 +378,31 @@ write_super (struct rb_journal *j)
 
 /* ---- append ---- */
 
-#define MAX_APPEND_IOS 64
+static int
+submit_all (struct rb_journal *j, struct rb_io *io, size_t k)
+{
+  if (j->store->ops->submit (j->store, io, k) == -1) {
+    rb_set_error (errno, "journal %s: append of transaction %" PRIu64
+                  " failed: %s", j->name, j->next_seq, rb_get_error ());
+    return -1;
+  }
+  return 0;
+}
 
 int
-rbj_append (struct rb_journal *j, const struct rbj_extent *x, size_t n,
-            uint64_t *start, uint64_t *len)
+rbj_begin (struct rb_journal *j, size_t n, uint64_t data_bytes,
+           uint64_t *data_pos)
 {
-  static const uint8_t zeroes[RBJ_BLOCK];
-  uint64_t desc_len = desc_len_of (n), data = 0, data_len, total, pos;
-  uint64_t tail;
-  CLEANUP_FREE uint8_t *desc = NULL;
-  CLEANUP_FREE struct rb_io *io = NULL;
-  struct rbj_desc_hdr *h;
-  struct rbj_disk_extent *e;
-  struct rbj_commit c;
-  uint32_t dcrc;
-  size_t i, k = 0, cap;
+  uint64_t total = rbj_txn_bytes (n, data_bytes), tail;
 
-  for (i = 0; i < n; i++)
-    if (x[i].kind == RBJ_DATA)
-      data += x[i].length;
-  data_len = align_up (data);
-  total = desc_len + data_len + RBJ_BLOCK;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&j->lock);
     tail = j->tail;
   }
+  /* A failed append's writes (an NBD journal that lost its
+   * connection) must not land over this one.
+   */
+  rbj_settle (j->store);
   if (total > j->area_size - (j->head - tail)) {
     rb_set_error (ENOSPC, "journal %s: a transaction of %" PRIu64 " bytes "
                   "does not fit in the %" PRIu64 " bytes free",
@@ -392,11 +415,50 @@ rbj_append (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   if (j->head + total > j->durable_tail + j->area_size &&
       write_super (j) == -1)
     return -1;
+  *data_pos = j->head + desc_len_of (n);
+  return 0;
+}
+
+int
+rbj_write (struct rb_journal *j, uint64_t pos, const void *buf, uint64_t len)
+{
+  while (len > 0) {
+    struct rb_io io[2];
+    uint64_t l = RB_MIN (len, (uint64_t) RB_MAX_STORE_IO);
+    size_t k = area_io (j, RB_IO_WRITE, pos, (void *) buf, l, io);
+
+    if (submit_all (j, io, k) == -1)
+      return -1;
+    pos += l;
+    buf = (const uint8_t *) buf + l;
+    len -= l;
+  }
+  return 0;
+}
+
+int
+rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
+            uint64_t *start, uint64_t *len)
+{
+  static const uint8_t zeroes[RBJ_BLOCK];
+  uint64_t desc_len = desc_len_of (n), data = 0, data_len, total;
+  CLEANUP_FREE uint8_t *desc = NULL;
+  struct rbj_desc_hdr *h;
+  struct rbj_disk_extent *e;
+  struct rbj_commit c;
+  struct rb_io io[6];
+  uint8_t block[RBJ_BLOCK];
+  uint32_t dcrc;
+  size_t i, k = 0;
+
+  for (i = 0; i < n; i++)
+    if (x[i].kind == RBJ_DATA)
+      data += x[i].length;
+  data_len = align_up (data);
+  total = desc_len + data_len + RBJ_BLOCK;
 
   desc = calloc (1, desc_len);
-  cap = 2 * (n + 4);
-  io = malloc (cap * sizeof *io);
-  if (desc == NULL || io == NULL) {
+  if (desc == NULL) {
     rb_set_error (errno, "journal %s: out of memory", j->name);
     return -1;
   }
@@ -427,59 +489,24 @@ rbj_append (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   c.seq = htole64 (j->next_seq);
   c.total_len = htole64 (total);
   c.crc = htole32 (rbj_crc32c (0, &c, offsetof (struct rbj_commit, crc)));
+  memset (block, 0, sizeof block);
+  memcpy (block, &c, sizeof c);
 
-  pos = j->head;
-  k += area_io (j, RB_IO_WRITE, pos, desc, desc_len, io + k);
-  pos += desc_len;
-  /* Data extents, coalescing those contiguous in memory. */
-  for (i = 0; i < n; ) {
-    const uint8_t *p;
-    uint64_t l;
-
-    if (x[i].kind != RBJ_DATA) {
-      i++;
-      continue;
-    }
-    p = x[i].data;
-    l = x[i].length;
-    for (i++; i < n && (x[i].kind != RBJ_DATA ||
-                        (x[i].data == p + l &&
-                         l + x[i].length <= RB_MAX_STORE_IO)); i++)
-      if (x[i].kind == RBJ_DATA)
-        l += x[i].length;
-    if (k + 4 > cap) {
-      struct rb_io *nio;
-      cap *= 2;
-      nio = realloc (io, cap * sizeof *io);
-      if (nio == NULL) {
-        rb_set_error (errno, "journal %s: out of memory", j->name);
-        return -1;
-      }
-      io = nio;
-    }
-    k += area_io (j, RB_IO_WRITE, pos, (void *) p, l, io + k);
-    pos += l;
-  }
-  if (data_len > data) {
-    k += area_io (j, RB_IO_WRITE, pos, (void *) zeroes, data_len - data,
-                  io + k);
-    pos += data_len - data;
-  }
-  {
-    uint8_t block[RBJ_BLOCK];
-    int r;
-
-    memset (block, 0, sizeof block);
-    memcpy (block, &c, sizeof c);
-    k += area_io (j, RB_IO_WRITE, pos, block, RBJ_BLOCK, io + k);
-    r = j->store->ops->submit (j->store, io, k);
-    if (r == 0)
-      r = j->store->ops->flush (j->store);
-    if (r == -1) {
-      rb_set_error (errno, "journal %s: append of transaction %" PRIu64
-                    " failed: %s", j->name, j->next_seq, rb_get_error ());
-      return -1;
-    }
+  /* The descriptor, the data's padding and the commit block; then one
+   * sync makes the whole transaction durable.
+   */
+  k += area_io (j, RB_IO_WRITE, j->head, desc, desc_len, io + k);
+  if (data_len > data)
+    k += area_io (j, RB_IO_WRITE, j->head + desc_len + data,
+                  (void *) zeroes, data_len - data, io + k);
+  k += area_io (j, RB_IO_WRITE, j->head + desc_len + data_len, block,
+                RBJ_BLOCK, io + k);
+  if (submit_all (j, io, k) == -1)
+    return -1;
+  if (j->store->ops->flush (j->store) == -1) {
+    rb_set_error (errno, "journal %s: sync after transaction %" PRIu64
+                  " failed: %s", j->name, j->next_seq, rb_get_error ());
+    return -1;
   }
   *start = j->head;
   *len = total;

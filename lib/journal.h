@@ -68,19 +68,27 @@ extern int rbj_close (struct rb_journal *j, bool clean);
 extern uint64_t rbj_capacity (const struct rb_journal *j);
 extern uint64_t rbj_txn_bytes (size_t nextents, uint64_t data_bytes);
 
-/* Append one transaction (seq: the next in order, from rbj_next_seq)
- * and sync the journal: when it returns 0 the transaction is
- * committed.  The caller made sure it fits (rbj_free); *start and
- * *len get where it went, for rbj_retire.  On failure nothing is
+/* Append one transaction (the next sequence number, rbj_next_seq),
+ * in three steps, from one thread: rbj_begin makes room for n extents
+ * holding data_bytes of data and says where the data goes; rbj_write
+ * writes it, in pieces, at consecutive positions from there (the data
+ * of the DATA extents in order); rbj_commit writes the descriptor,
+ * with the CRC of each x[i].data, and the commit block, and syncs the
+ * journal: when it returns 0 the transaction is committed, and
+ * *start, *len say where it is, for rbj_retire.  On failure nothing is
  * committed and the next append reuses the same place and sequence.
  */
-extern int rbj_append (struct rb_journal *j, const struct rbj_extent *x,
+extern int rbj_begin (struct rb_journal *j, size_t n, uint64_t data_bytes,
+                      uint64_t *data_pos);
+extern int rbj_write (struct rb_journal *j, uint64_t pos, const void *buf,
+                      uint64_t len);
+extern int rbj_commit (struct rb_journal *j, const struct rbj_extent *x,
                        size_t n, uint64_t *start, uint64_t *len);
 extern uint64_t rbj_next_seq (const struct rb_journal *j);
 
 /* The transactions up to 'seq', the one at [start, start+len), are on
  * the backing store and synced: their space is free.  Thread-safe
- * against rbj_append.
+ * against appends.
  */
 extern void rbj_retire (struct rb_journal *j, uint64_t seq, uint64_t start,
                         uint64_t len);
@@ -99,6 +107,13 @@ extern int rbj_check_not_back (const char *uri, const char *back_uri,
 extern int rbj_recover (const struct rb_store_params *back,
                         const struct rb_store_params *journal,
                         struct rbj_replay *replay);
+
+/* Wait until no write that failed with an unknown outcome can still
+ * land on store s (store.h, take_suspects), discarding the ranges: the
+ * caller writes everything they could hold again.  Returns true if
+ * there were any.
+ */
+extern bool rbj_settle (struct rb_store *s);
 
 /* CRC-32C (Castagnoli), as iSCSI and ext4 use it. */
 extern uint32_t rbj_crc32c (uint32_t crc, const void *buf, size_t len);

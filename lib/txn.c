@@ -486,35 +486,42 @@ collect_all (struct rb *rb, struct txn *x)
   return 0;
 }
 
-/* Copy the pending chunks of x from RAM, a batch at a time. */
+/* Copy the pending chunks of run i of x from RAM, a batch at a time
+ * (a writer waits for cap_lock no longer than one batch).
+ */
 static void
-capture (struct rb *rb, struct txn *x)
+capture_run (struct rb *rb, struct txn *x, size_t i)
 {
   struct rb_txns *t = rb->txns;
   uint64_t batch = RB_MAX (CAPTURE_BATCH_BYTES >> rb->chunk_shift,
                            UINT64_C (1));
-  size_t i;
+  struct txn_run *r = &x->runs[i];
+  uint64_t c = r->first, end = r->first + r->n;
 
-  for (i = 0; i < x->nruns; i++) {
-    struct txn_run *r = &x->runs[i];
-    uint64_t c = r->first, end = r->first + r->n;
-
-    if (r->kind != CS_DIRTY)
-      continue;
-    while (c < end) {
-      uint64_t stop = RB_MIN (end, c + batch);
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
-      for (; c < stop; c++)
-        if (bit_test (t->pending, c)) {
-          memcpy (x->buf + r->buf_off + ((c - r->first) << rb->chunk_shift),
-                  rb->ram.base + chunk_offset (rb, c),
-                  chunks_bytes (rb, c, 1));
-          bit_clear (t->pending, c);
-        }
-    }
+  if (r->kind != CS_DIRTY)
+    return;
+  while (c < end) {
+    uint64_t stop = RB_MIN (end, c + batch);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
+    for (; c < stop; c++)
+      if (bit_test (t->pending, c)) {
+        memcpy (x->buf + r->buf_off + ((c - r->first) << rb->chunk_shift),
+                rb->ram.base + chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+        bit_clear (t->pending, c);
+      }
   }
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
-  t->capturing = NULL;
+}
+
+/* Capture runs [from, nruns) and end the capture: no chunk is pending
+ * any more.
+ */
+static void
+capture_rest (struct rb *rb, struct txn *x, size_t from)
+{
+  for (; from < x->nruns; from++)
+    capture_run (rb, x, from);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->txns->cap_lock);
+  rb->txns->capturing = NULL;
 }
 
 /* Put a transaction that could not be committed back to dirty: the
@@ -611,10 +618,9 @@ commit_one (struct rb *rb, uint64_t target)
   }
   rb_rwlock_unlock (&t->gate);
 
-  capture (rb, x);
-
   ext = malloc (x->nruns * sizeof *ext);
   if (ext == NULL) {
+    capture_rest (rb, x, 0);
     uncommit (rb, x);
     txn_free (x);
     rb_set_error (ENOMEM, "journal: out of memory");
@@ -629,22 +635,50 @@ commit_one (struct rb *rb, uint64_t target)
       .data = r->kind == CS_DIRTY ? x->buf + r->buf_off : NULL,
     };
   }
+  /* Capture streams into the journal: each run is copied, then
+   * written, while the writers go on (copy on write for the runs not
+   * reached yet).
+   */
   {
-    uint64_t jlen = x->jlen;
+    uint64_t jlen = x->jlen, pos;
+    int err;
+
     x->seq = rbj_next_seq (t->j);
-    if (rbj_append (t->j, ext, x->nruns, &x->jstart, &x->jlen) == -1) {
-      int err = errno;
-      free (ext);
-      x->jlen = jlen;
-      uncommit (rb, x);
-      txn_free (x);
-      rb_record_error (rb, err, rb_get_error ());
-      errno = err;
-      return -1;
+    if (rbj_begin (t->j, x->nruns, x->data_bytes, &pos) == -1) {
+      i = 0;
+      goto failed;
+    }
+    for (i = 0; i < x->nruns; i++) {
+      if (x->runs[i].kind != CS_DIRTY)
+        continue;
+      capture_run (rb, x, i);
+      if (rbj_write (t->j, pos, ext[i].data, ext[i].length) == -1) {
+        i++;
+        goto failed;
+      }
+      pos += ext[i].length;
+    }
+    capture_rest (rb, x, x->nruns);
+    if (rbj_commit (t->j, ext, x->nruns, &x->jstart, &x->jlen) == -1) {
+      i = x->nruns;
+      goto failed;
     }
     /* What the journal actually took (never more than reserved). */
     rb_atomic_sub (&t->jused, jlen - x->jlen);
+    goto committed;
+
+  failed:
+    err = errno;
+    capture_rest (rb, x, i);
+    free (ext);
+    x->jlen = jlen;
+    uncommit (rb, x);
+    txn_free (x);
+    rb_record_error (rb, err, rb_get_error ());
+    errno = err;
+    return -1;
   }
+ committed:
   free (ext);
   rb_atomic_add (&t->commits, 1);
   rb_atomic_store (&t->last_commit_ns, rb_now_ns ());
@@ -912,7 +946,11 @@ applier_main (void *arg)
       t->q_tail = &t->q_head;
     }
     t0 = rb_now_ns ();
-    while (apply (rb, list, &bytes) == -1) {
+    /* An old in-place write with an unknown outcome (a lost NBD
+     * connection) may land late: once none can, the whole list is
+     * written again over whatever did, before it is retired.
+     */
+    while (apply (rb, list, &bytes) == -1 || rbj_settle (rb->store)) {
       uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
       backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
       bytes = 0;

@@ -4,6 +4,7 @@ journal_tests = \
 	test-journal-crash.sh \
 	test-journal-recover.sh \
 	test-journal-limits.sh \
+	test-journal-cow.sh \
 	$(NULL)
 TESTS += $(journal_tests)
 EXTRA_DIST += $(journal_tests) \

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Copy on write at a commit point, forced: a transaction holds X (chunk
+# 0) and Y (chunk 16); its capture streams into the journal, and the
+# journal (faultdisk) holds the write of X's data.  While it is held Y
+# is not captured yet, and the client overwrites Y and X.  Both
+# overwrites complete at once (writes never wait for a commit), and the
+# committed transaction must hold X and Y as they were at the commit
+# point: after a crash, recovery gives X and Y, never Y's overwrite.
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+source "$top_srcdir/tests/remote-functions.sh"
+
+truncate -s $(( 4 * 1024 * 1024 )) "$TMP/back.img"
+truncate -s $(( 2 * 1024 * 1024 )) "$TMP/j.img"
+start_faultdisk jr "$TMP/j.img"
+start_rb rb back="$TMP/back.img" journal="$jr_uri" fsync=wait chunk=64K \
+    commit-interval=60
+
+py - "$rb_uri" "$rb_ctl" "$jr_fd" "$TMP" <<'EOF'
+import os, random, sys, time
+import model as M
+
+uri, ctl, fddir, tmp = sys.argv[1:]
+rng = random.Random (9)
+x, y, x2, y2 = (rng.randbytes (65536) for _ in range (4))
+for name, d in (("X", x), ("Y", y)):
+    open (tmp + "/" + name, "wb").write (d)
+
+def cmd (line, n=[0]):
+    n[0] += 1
+    name = "%s/py%04d" % (fddir, n[0])
+    open (name + ".tmp", "w").write (line + "\n")
+    os.rename (name + ".tmp", name + ".cmd")
+    for _ in range (600):
+        if os.path.exists (name + ".reply"):
+            r = open (name + ".reply").read ().split ("\n")
+            os.unlink (name + ".reply")
+            if r[0] != "ok":
+                M.fail ("faultdisk %r: %r" % (line, r))
+            return dict (l.split ("=", 1) for l in r[1:] if "=" in l)
+        time.sleep (0.05)
+    M.fail ("faultdisk: no reply to " + line)
+
+def body ():
+    c = M.Control (ctl)
+    h = M.connect (uri)
+    h.pwrite (x, 0)
+    h.pwrite (y, 1 << 20)
+    cmd ("stall write nth=1")
+    cookie = h.aio_flush ()
+    deadline = time.monotonic () + 60
+    while cmd ("status")["held"] != "1":
+        if time.monotonic () > deadline:
+            M.fail ("the journal write of the transaction was not held")
+        time.sleep (0.02)
+    M.log ("commit point taken, capture held at X's journal write")
+    h.pwrite (y2, 1 << 20)
+    h.pwrite (x2, 0)
+    M.log ("both overwrites completed during the capture")
+    if h.aio_command_completed (cookie):
+        M.fail ("the FLUSH completed while its journal write was held")
+    cmd ("release all")
+    while not h.aio_command_completed (cookie):
+        h.poll (1)
+    st = c.status ()
+    if st["journal_commits"] != 1:
+        M.fail ("expected one commit: %r" % st)
+    if h.pread (65536, 0) != x2 or h.pread (65536, 1 << 20) != y2:
+        M.fail ("RAM does not hold the overwrites")
+
+M.main (body)
+EOF
+
+kill -9 "$rb_pid"
+wait "$rb_job" 2>/dev/null || true
+kill_remote jr
+truncate -s 0 "$TMP/back.img"
+truncate -s $(( 4 * 1024 * 1024 )) "$TMP/back.img"
+ramback recover "$TMP/back.img" "$TMP/j.img" | grep 'replayed 1 trans' ||
+    fail "the transaction was not replayed"
+cmp -n 65536 "$TMP/back.img" "$TMP/X" || fail "X is not as at the commit point"
+cmp -n 65536 -i $(( 1 << 20 )):0 "$TMP/back.img" "$TMP/Y" ||
+    fail "Y is not as at the commit point (the overwrite during the capture leaked in)"
+echo PASS
