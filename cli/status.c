@@ -303,6 +303,33 @@ status_format_human (GString *out, const struct json_object *st,
     g_string_append_printf (out, "%s: %s\n", last,
                             status_str (st, "last_error"));
   }
+  if (*status_str (st, "journal")) {
+    double age = status_double (st, "last_commit_age");
+
+    KEY ("journal");
+    g_string_append_printf (out, "%s\n", status_str (st, "journal"));
+    KEY ("journal used");
+    format_size (out, status_u64 (st, "journal_used_bytes"));
+    g_string_append (out, " of ");
+    format_size (out, status_u64 (st, "journal_size"));
+    g_string_append_printf (out, ", %" PRIu64 " commits, %" PRIu64
+                            " in place, %" PRIu64 " replayed at start\n",
+                            status_u64 (st, "journal_commits"),
+                            status_u64 (st, "journal_applied"),
+                            status_u64 (st, "journal_replayed"));
+    KEY ("last commit");
+    if (age < 0)
+      g_string_append (out, "none yet");
+    else {
+      format_duration (out, age);
+      g_string_append (out, " ago");
+    }
+    g_string_append (out, " (commit lag ");
+    format_duration (out, status_double (st, "commit_lag"));
+    g_string_append (out, ", interval ");
+    format_duration (out, status_double (st, "commit_interval"));
+    g_string_append (out, ")\n");
+  }
   KEY ("uptime");
   format_duration (out, status_double (st, "uptime"));
   g_string_append_c (out, '\n');
@@ -329,6 +356,10 @@ status_format_line (GString *out, const struct json_object *st)
     g_string_append (out, "0 s");
   else
     format_duration (out, status_drain_seconds (st));
+  if (*status_str (st, "journal")) {
+    g_string_append (out, " commit-lag ");
+    format_duration (out, status_double (st, "commit_lag"));
+  }
   g_string_append_printf (out, " errors %" PRIu64 "\n",
                           status_u64 (st, "store_errors") +
                           status_u64 (st, "sync_errors"));
@@ -397,6 +428,18 @@ static const struct metric {
     "Chunks of a resumed RAM image that had to be written back at start." },
   { "uptime", "ramback_uptime_seconds", "gauge",
     "Seconds since the plugin's threads started." },
+  { "journal_size", "ramback_journal_size_bytes", "gauge",
+    "Bytes of the journal for transactions (0: no journal=)." },
+  { "journal_used_bytes", "ramback_journal_used_bytes", "gauge",
+    "Journal bytes held by transactions not yet in place." },
+  { "journal_commits", "ramback_journal_commits_total", "counter",
+    "Transactions committed in the journal." },
+  { "journal_applied", "ramback_journal_applied_total", "counter",
+    "Committed transactions written in place and retired." },
+  { "journal_replayed", "ramback_journal_replayed", "gauge",
+    "Transactions replayed from the journal at start." },
+  { "commit_lag", "ramback_commit_lag_seconds", "gauge",
+    "Age of the oldest write not yet committed (0: none)." },
 };
 
 /* Label values escape \, " and newline (exposition format). */

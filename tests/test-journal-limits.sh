@@ -56,6 +56,16 @@ M.main (body)
 EOF
 grep -q 'more than journal=.* holds' "$rb_log" ||
     fail "no message says the write is larger than the journal"
+ramback status "$rb_ctl" | tee "$TMP/st"
+grep -Eq 'journal used: .* of .*, [0-9]+ commits' "$TMP/st" ||
+    fail "status does not show the journal"
+grep -q 'last commit: .* ago (commit lag' "$TMP/st" ||
+    fail "status does not show the last commit"
+ramback status --watch --count=2 --interval=0.1 "$rb_ctl" | tee "$TMP/st"
+[ "$(grep -c ' commit-lag ' "$TMP/st")" = 2 ] ||
+    fail "status --watch does not show the commit lag"
+ramback status --prometheus "$rb_ctl" | grep -q '^ramback_journal_commits_total{' ||
+    fail "no journal metrics"
 stop_rb rb
 assert_same "$TMP/back.img" "$TMP/model"
 
