@@ -77,7 +77,9 @@
  *   pending    [atomic] set only under the gate held exclusively,
  *              cleared only under cap_lock after the chunk was copied.
  *   capturing  [cap_lock] the transaction whose chunks are pending.
- *   queue, commit_now, applied_target, dirty_since  [rb->lock]
+ *   queue, commit_now, applied_target  [rb->lock]
+ *   dirty_since  written under rb->lock with atomic stores; read
+ *              atomically without it (the write path's fast check)
  *   reserved, jused, counters  [atomic]
  *   seen       [applier]
  */
@@ -134,7 +136,8 @@ struct rb_txns {
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
   bool commit_now;              /* [rb->lock] */
   bool committer_done;          /* [rb->lock] */
-  uint64_t dirty_since;         /* [rb->lock] 0: nothing uncommitted */
+  uint64_t dirty_since;         /* [rb->lock] written, [atomic] read; 0:
+                                   nothing uncommitted */
   uint64_t applied_target;      /* [rb->lock] */
   rb_cond applier_cond;
   rb_thread applier;
@@ -392,7 +395,7 @@ rb_txn_write_end (struct rb *rb, uint64_t reserved)
       !rb_atomic_load (&t->dirty_since)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0) {
-      t->dirty_since = rb_now_ns ();
+      rb_atomic_store (&t->dirty_since, rb_now_ns ());
       first = true;
     }
     rb_cond_broadcast (&rb->space_cond);
@@ -539,7 +542,7 @@ uncommit (struct rb *rb, struct txn *x)
   rb_atomic_sub (&rb->txns->jused, x->jlen);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (rb->txns->dirty_since == 0)
-    rb->txns->dirty_since = rb_now_ns ();
+    rb_atomic_store (&rb->txns->dirty_since, rb_now_ns ());
   rb_cond_broadcast (&rb->space_cond);
 }
 
@@ -565,7 +568,7 @@ commit_one (struct rb *rb, uint64_t target)
   if (chunkmap_dirty (&rb->map) == 0) {
     rb_rwlock_unlock (&t->gate);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    t->dirty_since = 0;
+    rb_atomic_store (&t->dirty_since, 0);
     /* Nothing new: what the tickets cover is committed already.  A
      * writethrough waiter also needs it applied: an empty transaction
      * tells the applier, in order.
@@ -614,7 +617,7 @@ commit_one (struct rb *rb, uint64_t target)
   }
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    t->dirty_since = 0;
+    rb_atomic_store (&t->dirty_since, 0);
   }
   rb_rwlock_unlock (&t->gate);
 
@@ -730,7 +733,7 @@ should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
   if (rb->stopping || t->commit_now || rb->sync_requested > done)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
-    t->dirty_since = rb_now_ns ();      /* dirtied without telling us */
+    rb_atomic_store (&t->dirty_since, rb_now_ns ());  /* a redirty */
   if (t->dirty_since) {
     *deadline = t->dirty_since + t->interval_ns;
     return rb_now_ns () >= *deadline;

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# bench-journal.sh: what journal= costs and buys, side by side.
+#
+#   bench/bench-journal.sh [--build=DIR] [--dir=DIR] [--size=SIZE]
+#                          [--runtime=SECONDS] [--repeat=N] [--delay=MS]
+#
+# Three ramback configurations on the same machine, in paired runs (each
+# round runs every configuration once, in turn; medians are kept):
+#   plain     back=IMG fsync=wait                 (no journal)
+#   journal   back=IMG fsync=wait journal=JNL      (journal beside it)
+#   nbdkit    nbdkit file IMG                      (no ramback)
+# Jobs (fio, nbd engine, one connection):
+#   fsync4k      4k random writes, QD1, fsync after each (IOPS)
+#   randwrite4k  4k random writes, QD16, no fsync (IOPS)
+# With --delay=MS the backing store is remote instead: nbdkit memory
+# behind the delay filter (MS each way), and the journal a local file;
+# then "nbdkit" is that remote directly.
+#
+# Exit status: 0 when it ran, 1 if something failed, 2 on bad usage.
+
+set -euo pipefail
+export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
+export LC_ALL=C
+
+prog=${0##*/}
+srcdir=$(cd "$(dirname "$0")" && pwd)
+build=${RAMBACK_BUILD:-$srcdir/..}
+workroot=${TMPDIR:-/var/tmp}
+size=256M runtime=5 repeat=3 delay=0
+
+for arg in "$@"; do
+    case $arg in
+        --build=*) build=${arg#*=} ;;
+        --dir=*) workroot=${arg#*=} ;;
+        --size=*) size=${arg#*=} ;;
+        --runtime=*) runtime=${arg#*=} ;;
+        --repeat=*) repeat=${arg#*=} ;;
+        --delay=*) delay=${arg#*=} ;;
+        -h|--help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "$prog: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+PLUGIN=$build/plugin/.libs/nbdkit-ramback-plugin.so
+[ -f "$PLUGIN" ] || { echo "$prog: no plugin in $build" >&2; exit 1; }
+command -v fio >/dev/null || { echo "$prog: fio is needed" >&2; exit 1; }
+
+W=$(mktemp -d "$workroot/bench-journal.XXXXXX")
+pids=()
+cleanup () {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$W"
+}
+trap cleanup EXIT
+die () { echo "$prog: $*" >&2; exit 1; }
+
+size_b=$(numfmt --from=iec "$size")
+uri () { echo "nbd+unix:///?socket=$W/$1.sock"; }
+
+start () {
+    local name=$1; shift
+    rm -f "$W/$name.sock"
+    nbdkit -f -U "$W/$name.sock" "$@" >"$W/$name.log" 2>&1 &
+    pids+=($!)
+    eval "pid_$name=$!"
+    local i
+    for (( i=0; i<300; i++ )); do
+        [ -S "$W/$name.sock" ] && return 0
+        sleep 0.1
+    done
+    cat "$W/$name.log" >&2
+    die "nbdkit $name did not start"
+}
+stop () {
+    local p="pid_$1"
+    kill "${!p}"
+    wait "${!p}" 2>/dev/null || true
+}
+
+fio_iops () {
+    local u=$1 job=$2 extra=()
+    case $job in
+        fsync4k) extra=(--iodepth=1 --fsync=1) ;;
+        randwrite4k) extra=(--iodepth=16) ;;
+    esac
+    fio --name=bench --ioengine=nbd --uri="$u" --rw=randwrite --bs=4k \
+        --size="$size_b" --time_based --runtime="$runtime" \
+        --norandommap --randrepeat=0 "${extra[@]}" \
+        --output-format=json --output="$W/fio.json" >"$W/fio.err" 2>&1 ||
+        { cat "$W/fio.err" >&2; die "fio $job on $u failed"; }
+    /usr/bin/python3 -c '
+import json, sys
+j = json.load (open (sys.argv[1]))["jobs"][0]
+print ("%.1f" % j["write"]["iops"])' "$W/fio.json"
+}
+
+if [ "$delay" -gt 0 ]; then
+    d="${delay}ms"
+    start remote --filter=delay memory "$size_b" delay-read=$d \
+        delay-write=$d delay-zero=$d delay-trim=$d delay-extents=$d
+    back=$(uri remote)
+    direct=$(uri remote)
+else
+    truncate -s "$size_b" "$W/back.img"
+    back=$W/back.img
+fi
+truncate -s 256M "$W/journal.img"
+
+declare -A res
+configs=(plain journal nbdkit)
+jobs=(fsync4k randwrite4k)
+where="a local file"
+[ "$delay" -eq 0 ] || where="remote, ${delay} ms each way"
+echo "== $prog: size $size, fio ${runtime}s, $repeat rounds, backing $where"
+for (( r=0; r<repeat; r++ )); do
+    for c in "${configs[@]}"; do
+        case $c in
+            plain) start s "$PLUGIN" back="$back" fsync=wait ;;
+            journal)
+                dd if=/dev/zero of="$W/journal.img" bs=4096 count=1 \
+                   conv=notrunc status=none
+                start s "$PLUGIN" back="$back" fsync=wait \
+                    journal="$W/journal.img" ;;
+            nbdkit)
+                if [ "$delay" -gt 0 ]; then
+                    u=$direct
+                else
+                    start s file "$W/back.img"
+                fi ;;
+        esac
+        [ "$c" = nbdkit ] && [ "$delay" -gt 0 ] || u=$(uri s)
+        for j in "${jobs[@]}"; do
+            v=$(fio_iops "$u" "$j")
+            res[$c,$j]="${res[$c,$j]:-} $v"
+            echo "   round $r $c $j: $v IOPS"
+        done
+        [ "$c" = nbdkit ] && [ "$delay" -gt 0 ] || stop s
+    done
+done
+
+median () { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo
+printf '%-12s %10s %10s %10s %14s %14s\n' job plain journal nbdkit \
+    journal/plain journal/nbdkit
+for j in "${jobs[@]}"; do
+    p=$(median "${res[plain,$j]}")
+    q=$(median "${res[journal,$j]}")
+    n=$(median "${res[nbdkit,$j]}")
+    printf '%-12s %10s %10s %10s %14s %14s\n' "$j" "$p" "$q" "$n" \
+        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $p))")" \
+        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $n))")"
+done
