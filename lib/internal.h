@@ -218,6 +218,8 @@ extern int rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
 extern void rb_txn_write_end (struct rb *rb, uint64_t reserved);
 /* A commit point soon, without waiting for it (FLUSH, fsync=ignore). */
 extern void rb_txn_request_commit (struct rb *rb);
+/* Writers wait for space: a commit point and the in-place writes now. */
+extern void rb_txn_hurry (struct rb *rb);
 /* Wait until everything written so far is in place (writethrough). */
 extern int rb_txn_wait_applied (struct rb *rb);
 extern void rb_txn_stats (struct rb *rb, struct rb_stats *st);

@@ -188,7 +188,7 @@ rb_throttle (struct rb *rb)
     return;
   rb_atomic_add (&rb->throttled, 1);
   if (rb->txns)                 /* the dirty data drains by commits */
-    rb_txn_request_commit (rb);
+    rb_txn_hurry (rb);
   else
     rb_flusher_kick (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

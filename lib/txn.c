@@ -38,7 +38,11 @@
  * Apply.  The applier thread writes committed transactions in place on
  * the backing store, syncs it, and retires them (the journal's tail
  * moves past them; journal.c persists it before the space is reused).
- * When the backing store lags, the applier takes every committed
+ * The applier lets commits pile up for up to APPLY_DELAY_NS (50 ms),
+ * or until a quarter of the journal is used or somebody waits for
+ * space or for the in-place writes, so that an fsync-heavy load costs
+ * the backing store a few passes and syncs a second, not one per
+ * FLUSH.  When the backing store lags, the applier takes every committed
  * transaction queued at once and writes each chunk only in its newest
  * version: replay after a crash in the middle writes the older ones
  * and then the newer ones again, so the merge is invisible.  Those
@@ -103,6 +107,7 @@
 #define BACKOFF_MAX_MS 5000
 #define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
 #define APPLY_BATCH 64
+#define APPLY_DELAY_NS (50 * UINT64_C (1000000))
 
 struct txn_run {
   uint64_t first, n;
@@ -135,6 +140,10 @@ struct rb_txns {
 
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
   bool commit_now;              /* [rb->lock] */
+  bool apply_now;               /* [rb->lock] somebody waits for space
+                                   or for the backing store: no delay */
+  uint64_t queued_since;        /* [rb->lock] when the queue last
+                                   became non-empty */
   bool committer_done;          /* [rb->lock] */
   uint64_t dirty_since;         /* [rb->lock] written, [atomic] read; 0:
                                    nothing uncommitted */
@@ -323,6 +332,24 @@ pending_est (struct rb *rb)
     chunkmap_dirty (&rb->map) * t->per_chunk + rb_atomic_load (&t->reserved);
 }
 
+/* Writers wait for space: commit now, and put in place now. */
+static void
+hurry_locked (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  t->commit_now = t->apply_now = true;
+  rb_cond_signal (&rb->flusher_cond);
+  rb_cond_signal (&t->applier_cond);
+}
+
+void
+rb_txn_hurry (struct rb *rb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  hurry_locked (rb);
+}
+
 int
 rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
                     uint64_t *reserved)
@@ -345,8 +372,7 @@ rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       while (!rb->stopping &&
              pending_est (rb) + est + RBJ_TXN_FIXED > t->capacity) {
-        t->commit_now = true;
-        rb_cond_signal (&rb->flusher_cond);
+        hurry_locked (rb);
         rb_cond_wait (&rb->space_cond, &rb->lock);
       }
     }
@@ -424,7 +450,7 @@ rb_txn_wait_applied (struct rb *rb)
     return -1;
   }
   ticket = ++rb->sync_requested;
-  rb_cond_signal (&rb->flusher_cond);
+  hurry_locked (rb);
   while (t->applied_target < ticket && rb->sync_failed < ticket)
     rb_cond_wait (&rb->sync_cond, &rb->lock);
   if (t->applied_target >= ticket)
@@ -574,6 +600,9 @@ commit_one (struct rb *rb, uint64_t target)
      * tells the applier, in order.
      */
     if (target > t->applied_target) {
+      if (t->q_head == NULL)
+        t->queued_since = rb_now_ns ();
+      t->apply_now = true;      /* a writethrough waiter */
       *t->q_tail = x;
       t->q_tail = &x->next;
       rb_cond_signal (&t->applier_cond);
@@ -710,6 +739,8 @@ commit_one (struct rb *rb, uint64_t target)
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (t->q_head == NULL)
+      t->queued_since = rb_now_ns ();
     *t->q_tail = x;
     t->q_tail = &x->next;
     rb_cond_signal (&t->applier_cond);
@@ -774,6 +805,8 @@ committer_main (void *arg)
       }
       if (r == 1) {
         /* Wait for the applier to free journal space. */
+        t->apply_now = true;
+        rb_cond_signal (&t->applier_cond);
         rb_cond_wait_until (&rb->space_cond, &rb->lock,
                             rb_now_ns () + 100 * UINT64_C (1000000));
         continue;
@@ -943,6 +976,15 @@ applier_main (void *arg)
         rb_cond_wait (&t->applier_cond, &rb->lock);
       if (t->q_head == NULL)
         break;
+      /* Let commits pile up a moment, unless somebody waits for the
+       * in-place writes or the journal fills (see the top).
+       */
+      while (!t->apply_now && !t->committer_done && !rb->stopping &&
+             rb_atomic_load (&t->jused) < t->capacity / 4 &&
+             rb_cond_wait_until (&t->applier_cond, &rb->lock,
+                                 t->queued_since + APPLY_DELAY_NS))
+        ;
+      t->apply_now = false;
       /* Everything committed so far, merged (see the top). */
       list = t->q_head;
       t->q_head = NULL;

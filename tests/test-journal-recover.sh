@@ -6,7 +6,9 @@
 # alone brings the backing store to the last commit.  A damaged last
 # transaction (a corrupted data byte, a lost commit block) is ignored
 # and everything before it is replayed; replaying twice, or again over
-# an image already replayed, gives the same image.
+# an image already replayed, gives the same image.  The plugin replays
+# at start, before it serves; then, in writethrough mode, each write is
+# in place on the backing store when it is acknowledged.
 #
 # A: 64 KiB at 0, then FLUSH; B: 64 KiB at 1 MiB, then FLUSH; the
 # backing store (faultdisk) holds the first write in place it gets.
@@ -117,14 +119,32 @@ grep -q 'journal: replayed 2 transactions' "$rb2_log" ||
     fail "no replay at start"
 [ "$(status_field "$rb2_ctl" journal_replayed)" = 2 ] ||
     fail "status journal_replayed is not 2"
-py - "$rb2_uri" "$TMP" <<'EOF'
-import sys
+py - "$rb2_uri" "$rb2_ctl" "$TMP" <<'EOF'
+import os, sys
 import model as M
-uri, tmp = sys.argv[1:]
-h = M.connect (uri)
-assert h.pread (65536, 0) == open (tmp + "/A", "rb").read (), "A"
-assert h.pread (65536, 1 << 20) == open (tmp + "/B", "rb").read (), "B"
+uri, ctl, tmp = sys.argv[1:]
+
+def body ():
+    h = M.connect (uri)
+    if h.pread (65536, 0) != open (tmp + "/A", "rb").read ():
+        M.fail ("A does not read back after the replay")
+    if h.pread (65536, 1 << 20) != open (tmp + "/B", "rb").read ():
+        M.fail ("B does not read back after the replay")
+    # Writethrough with a journal: on the backing store when acknowledged.
+    M.Control (ctl) ("mode writethrough")
+    for i in range (3):
+        d = os.urandom (65536)
+        h.pwrite (d, (2 << 20) + i * 65536)
+        with open (tmp + "/back.img", "rb") as f:
+            f.seek ((2 << 20) + i * 65536)
+            if f.read (65536) != d:
+                M.fail ("writethrough write %d is not on the backing store "
+                        "when acknowledged" % i)
+    M.log ("writethrough with a journal: each write in place when acknowledged")
+
+M.main (body)
 EOF
 stop_rb rb2
-cmp "$TMP/back.img" "$TMP/back.once" || fail "the start replayed otherwise"
+cmp -n $(( 2 << 20 )) "$TMP/back.img" "$TMP/back.once" ||
+    fail "the start replayed otherwise"
 echo PASS
