@@ -52,7 +52,7 @@ def body ():
 
 M.main (body)
 EOF
-[ "$(fd_field bk held)" = 1 ] || fail "the in-place write is not held"
+fd_wait bk held 1 || fail "the in-place write is not held"
 
 echo "=== crash: ramback killed, the held in-place write never lands"
 kill -9 "$rb_pid"
