@@ -5,6 +5,7 @@ journal_tests = \
 	test-journal-recover.sh \
 	test-journal-limits.sh \
 	test-journal-cow.sh \
+	test-journal-resume.sh \
 	$(NULL)
 TESTS += $(journal_tests)
 EXTRA_DIST += $(journal_tests) \

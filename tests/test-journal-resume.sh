@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# journal= with ram= (a resumable RAM image): after kill -9 the start
+# replays the journal onto the backing store *before* it resumes the
+# image.  A committed chunk is clean in the resumed image (its
+# transaction's commit retired its "not durable" bit): it is never
+# written again, so it reaches the backing store only through the
+# replay.  An uncommitted write is dirty in the image and written back.
+#
+# A at 0, FLUSH (committed in the journal, never in place: the backing
+# store holds every in-place write); B at 1 MiB, no FLUSH; kill -9.
+# Restart on the same ram=, back= and journal=, read A and B, clean
+# stop: the backing store holds both.
+
+source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
+source "$top_srcdir/tests/remote-functions.sh"
+
+ramdir=/dev/shm
+if [ "$(stat -f -c %T "$ramdir" 2>/dev/null)" != tmpfs ]; then
+    echo "$0: SKIP: /dev/shm is not a tmpfs"
+    exit 77
+fi
+ram="$ramdir/ramback-journal-resume-$$.img"
+cleanup_fn rm -f "$ram"
+
+size=$(( 4 * 1024 * 1024 ))
+truncate -s "$size" "$TMP/back.img"
+truncate -s $(( 2 * 1024 * 1024 )) "$TMP/j.img"
+head -c 65536 /dev/urandom >"$TMP/A"
+head -c 65536 /dev/urandom >"$TMP/B"
+
+start_faultdisk bk "$TMP/back.img"
+fd_cmd bk stall store >/dev/null
+fd_cmd bk stall store >/dev/null
+args=(back="$bk_uri" journal="$TMP/j.img" ram="$ram" fsync=wait chunk=64K
+      commit-interval=60)
+start_rb rb "${args[@]}"
+nbdcopy_w () { py -c '
+import sys, nbd
+h = nbd.NBD (); h.connect_uri (sys.argv[1])
+h.pwrite (open (sys.argv[2], "rb").read (), int (sys.argv[3]))
+if sys.argv[4] == "flush":
+    h.flush ()
+h.shutdown ()' "$@"; }
+nbdcopy_w "$rb_uri" "$TMP/A" 0 flush
+nbdcopy_w "$rb_uri" "$TMP/B" $(( 1 << 20 )) noflush
+[ "$(status_field "$rb_ctl" journal_commits)" = 1 ] || fail "A is not committed"
+[ "$(status_field "$rb_ctl" journal_applied)" = 0 ] || fail "A is in place"
+
+kill -9 "$rb_pid"
+wait "$rb_job" 2>/dev/null || true
+kill_remote bk
+cmp -s "$TMP/back.img" <(head -c "$size" /dev/zero) ||
+    fail "something reached the backing store in place"
+
+start_faultdisk bk "$TMP/back.img"
+start_rb rb2 "${args[@]}"
+[ "$(status_field "$rb2_ctl" image_source)" = resumed-crash ] ||
+    fail "the RAM image was not resumed"
+py - "$rb2_uri" "$TMP" <<'EOF'
+import sys
+import model as M
+uri, tmp = sys.argv[1:]
+
+def body ():
+    h = M.connect (uri)
+    for name, off in (("A", 0), ("B", 1 << 20)):
+        if h.pread (65536, off) != open (tmp + "/" + name, "rb").read ():
+            M.fail ("%s does not read back after the resume" % name)
+
+M.main (body)
+EOF
+stop_rb rb2
+cmp -n 65536 "$TMP/back.img" "$TMP/A" || fail "A is not on the backing store"
+cmp -n 65536 -i $(( 1 << 20 )):0 "$TMP/back.img" "$TMP/B" ||
+    fail "B is not on the backing store"
+grep -q 'journal: replayed 1 transactions' "$rb2_log" || fail "no replay logged"
+echo PASS
