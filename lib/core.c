@@ -165,8 +165,16 @@ rb_open (const struct rb_config *config)
 
  fail:
   {
-    int e = errno;
+    /* The error that made us give up is the one to report, not what
+     * the close of the half-built rb says about it.
+     */
+    int e = rb_get_errno () ? rb_get_errno () : errno;
+    char *msg = strdup (rb_get_error () ? rb_get_error () : "");
+
     rb_close (rb);
+    if (msg && *msg)
+      rb_restore_error (e, msg);
+    free (msg);
     errno = e;
   }
   return NULL;

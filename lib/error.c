@@ -36,6 +36,14 @@ rb_set_error (int errnum, const char *fmt, ...)
   errno = errnum;
 }
 
+void
+rb_restore_error (int errnum, const char *msg)
+{
+  snprintf (last_error, sizeof last_error, "%s", msg);
+  last_errno = errnum;
+  errno = errnum;
+}
+
 const char *
 rb_get_error (void)
 {

@@ -15,6 +15,10 @@
 /* Record "<formatted message>: <strerror (errnum)>" (just the message if
  * errnum == 0) for this thread and set errno = errnum.
  */
+/* Put back an error saved from rb_get_error()/rb_get_errno() (after a
+ * cleanup that may have set another).
+ */
+extern void rb_restore_error (int errnum, const char *msg);
 extern void rb_set_error (int errnum, const char *fmt, ...)
   __attribute__ ((format (printf, 2, 3)));
 

@@ -289,7 +289,8 @@ rb_txn_check_fit (struct rb *rb)
   if (chunkmap_dirty (&rb->map) > 0 && need > t->capacity) {
     rb_set_error (ENOSPC, "the RAM image holds %" PRIu64 " dirty chunks "
                   "(up to %" PRIu64 " bytes of journal), more than "
-                  "journal=%s holds (%" PRIu64 "): use a larger journal",
+                  "journal=%s holds (%" PRIu64 "): use a larger journal, "
+                  "or start once without journal= to write it back",
                   chunkmap_dirty (&rb->map), need, rb->cfg.journal,
                   t->capacity);
     return -1;
@@ -755,6 +756,9 @@ commit_one (struct rb *rb, uint64_t target)
   return -1;
 }
 
+static void apply_list (struct rb *rb, struct txn *list);
+static struct txn *take_queue_locked (struct rb_txns *t);
+
 static bool
 should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
 {
@@ -801,6 +805,21 @@ committer_main (void *arg)
         backoff = BACKOFF_MIN_MS;
         if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
           break;
+        continue;
+      }
+      if (r == 1 && !t->applier_running) {
+        /* Draining on the closing thread (never started): put what is
+         * committed in place here; if nothing is, it can never fit.
+         */
+        struct txn *list = take_queue_locked (t);
+        if (list == NULL) {
+          rb_warn ("journal: the dirty data does not fit in journal=%s: "
+                   "it is not written back", rb->cfg.journal);
+          break;
+        }
+        rb_mutex_unlock (&rb->lock);
+        apply_list (rb, list);
+        rb_mutex_lock (&rb->lock);
         continue;
       }
       if (r == 1) {
@@ -959,16 +978,73 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes)
   return 0;
 }
 
+/* Write a list of committed transactions in place, sync, retire them.
+ * Retries (with backoff) until the backing store takes it.
+ */
+static void
+apply_list (struct rb *rb, struct txn *list)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t backoff = BACKOFF_MIN_MS, bytes = 0, t0 = rb_now_ns (), target = 0;
+  struct txn *x, *next;
+
+  /* An old in-place write with an unknown outcome (a lost NBD
+   * connection) may land late: once none can, the whole list is
+   * written again over whatever did, before it is retired.
+   */
+  while (apply (rb, list, &bytes) == -1 || rbj_settle (rb->store)) {
+    uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
+    backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    bytes = 0;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    while (rb_now_ns () < until &&
+           rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
+      ;
+  }
+  if (bytes) {
+    rb_atomic_store (&rb->store_failing, false);
+    rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
+    rb_atomic_add (&rb->stored_bytes, bytes);
+  }
+  for (x = list; x; x = next) {
+    next = x->next;
+    if (x->jlen) {
+      rbj_retire (t->j, x->seq, x->jstart, x->jlen);
+      rb_atomic_sub (&t->jused, x->jlen);
+      rb_atomic_sub (&rb->inflight_chunks, x->chunks);
+      rb_atomic_add (&t->applied, 1);
+    }
+    if (x->target > target)
+      target = x->target;
+    txn_free (x);
+  }
+  rb_recompute_limit (rb);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (target > t->applied_target)
+    t->applied_target = target;
+  rb_cond_broadcast (&rb->sync_cond);
+  rb_cond_broadcast (&rb->space_cond);
+}
+
+/* Everything queued, or NULL.  rb->lock held. */
+static struct txn *
+take_queue_locked (struct rb_txns *t)
+{
+  struct txn *list = t->q_head;
+
+  t->q_head = NULL;
+  t->q_tail = &t->q_head;
+  return list;
+}
+
 static void *
 applier_main (void *arg)
 {
   struct rb *rb = arg;
   struct rb_txns *t = rb->txns;
-  uint64_t backoff = BACKOFF_MIN_MS;
 
   for (;;) {
-    struct txn *list, *x, *next;
-    uint64_t bytes = 0, t0, target = 0;
+    struct txn *list;
 
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -986,50 +1062,9 @@ applier_main (void *arg)
         ;
       t->apply_now = false;
       /* Everything committed so far, merged (see the top). */
-      list = t->q_head;
-      t->q_head = NULL;
-      t->q_tail = &t->q_head;
+      list = take_queue_locked (t);
     }
-    t0 = rb_now_ns ();
-    /* An old in-place write with an unknown outcome (a lost NBD
-     * connection) may land late: once none can, the whole list is
-     * written again over whatever did, before it is retired.
-     */
-    while (apply (rb, list, &bytes) == -1 || rbj_settle (rb->store)) {
-      uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
-      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
-      bytes = 0;
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      while (rb_now_ns () < until &&
-             rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
-        ;
-    }
-    backoff = BACKOFF_MIN_MS;
-    if (bytes) {
-      rb_atomic_store (&rb->store_failing, false);
-      rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
-      rb_atomic_add (&rb->stored_bytes, bytes);
-    }
-    for (x = list; x; x = next) {
-      next = x->next;
-      if (x->jlen) {
-        rbj_retire (t->j, x->seq, x->jstart, x->jlen);
-        rb_atomic_sub (&t->jused, x->jlen);
-        rb_atomic_sub (&rb->inflight_chunks, x->chunks);
-        rb_atomic_add (&t->applied, 1);
-      }
-      if (x->target > target)
-        target = x->target;
-      txn_free (x);
-    }
-    rb_recompute_limit (rb);
-    {
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      if (target > t->applied_target)
-        t->applied_target = target;
-      rb_cond_broadcast (&rb->sync_cond);
-      rb_cond_broadcast (&rb->space_cond);
-    }
+    apply_list (rb, list);
   }
   return NULL;
 }

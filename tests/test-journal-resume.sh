@@ -76,4 +76,22 @@ cmp -n 65536 "$TMP/back.img" "$TMP/A" || fail "A is not on the backing store"
 cmp -n 65536 -i $(( 1 << 20 )):0 "$TMP/back.img" "$TMP/B" ||
     fail "B is not on the backing store"
 grep -q 'journal: replayed 1 transactions' "$rb2_log" || fail "no replay logged"
+
+echo "=== a resumed image with more dirty data than the journal holds"
+ram2="$ramdir/ramback-journal-resume2-$$.img"
+cleanup_fn rm -f "$ram2"
+truncate -s $(( 8 * 1024 * 1024 )) "$TMP/back2.img"
+truncate -s $(( 1024 * 1024 )) "$TMP/small.img"
+start_rb rb3 back="$TMP/back2.img" ram="$ram2" flush-rate=1
+head -c $(( 4 * 1024 * 1024 )) /dev/urandom >"$TMP/C"
+nbdcopy_w "$rb3_uri" "$TMP/C" 0 noflush
+kill -9 "$rb3_pid"
+wait "$rb3_job" 2>/dev/null || true
+expect_fail "dirty image larger than the journal" \
+    "dirty chunks .* more than journal=.* holds" \
+    back="$TMP/back2.img" ram="$ram2" journal="$TMP/small.img"
+start_rb rb4 back="$TMP/back2.img" ram="$ram2"
+stop_rb rb4
+cmp -n $(( 4 * 1024 * 1024 )) "$TMP/back2.img" "$TMP/C" ||
+    fail "the refused image lost data"
 echo PASS
