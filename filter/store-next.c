@@ -62,7 +62,9 @@
  *     widened to whole blocks by reading them, patching and writing
  *     them back.  That is safe: the core holds a range over the whole
  *     chunks concerned, so no other request touches those blocks
- *     meanwhile.
+ *     meanwhile; and a request is cut into pieces at multiples of the
+ *     piece size (itself a multiple of the minimum), so its own pieces,
+ *     which run in parallel, never share a block either.
  *
  * Errors: the plugin's errno comes back in *err (from our worker
  * threads, which have no nbdkit thread-local state, a plugin that does
@@ -389,7 +391,7 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
       }
       continue;
     }
-    npieces += (io->count + step - 1) / step;
+    npieces += (io->offset + io->count - 1) / step - io->offset / step + 1;
   }
   if (first_err) {
     errno = first_err;
@@ -406,17 +408,23 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
     uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : st->max_piece;
-    uint64_t done;
+    uint64_t pos, next, end = io->offset + io->count;
 
-    for (done = 0; done < io->count; done += step) {
+    /* Cut at multiples of step (a multiple of the minimum block size),
+     * so no two pieces share a block: two read-modify-writes of one
+     * block in parallel would lose one of them.
+     */
+    for (pos = io->offset; pos < end; pos = next) {
       struct piece *p = &pieces[k++];
 
+      next = RB_MIN ((pos / step + 1) * step, end);
       p->batch = &b;
       p->io = io;
       p->op = io->op;
-      p->buf = io->op == RB_IO_ZERO ? NULL : (char *) io->buf + done;
-      p->offset = io->offset + done;
-      p->count = RB_MIN (step, io->count - done);
+      p->buf = io->op == RB_IO_ZERO ? NULL
+        : (char *) io->buf + (pos - io->offset);
+      p->offset = pos;
+      p->count = next - pos;
     }
   }
 
@@ -596,6 +604,7 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
 
   if (json)
     r = snprintf (buf, len,
+                  ",\"store_read_only\":%s"
                   ",\"store_thread_model\":\"%s\""
                   ",\"store_workers\":%d"
                   ",\"store_multi_conn\":%s"
@@ -604,6 +613,7 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
                   ",\"store_block_status\":%s"
                   ",\"store_min_block\":%" PRIu32
                   ",\"store_requests\":%" PRIu64,
+                  s->read_only ? "true" : "false",
                   model_name (st->thread_model), st->nworkers,
                   st->can_multi_conn ? "true" : "false",
                   st->can_flush ? "true" : "false",
@@ -612,6 +622,7 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
                   st->min_block, requests);
   else
     r = snprintf (buf, len,
+                  "store_read_only: %s\n"
                   "store_thread_model: %s\n"
                   "store_workers: %d\n"
                   "store_multi_conn: %s\n"
@@ -620,6 +631,7 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
                   "store_block_status: %s\n"
                   "store_min_block: %" PRIu32 "\n"
                   "store_requests: %" PRIu64 "\n",
+                  s->read_only ? "true" : "false",
                   model_name (st->thread_model), st->nworkers,
                   st->can_multi_conn ? "true" : "false",
                   st->can_flush ? "true" : "false",
