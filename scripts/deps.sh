@@ -12,6 +12,8 @@ packages=(
     # run and test
     libnbd-bin python3-libnbd fio qemu-utils nbd-server
     socat jq e2fsprogs util-linux procps xz-utils tmux
+    # the filter form's tests: nbdkit's ssh plugin against a local sshd
+    openssh-server openssh-client
     # UPS integration test
     nut-server nut-client
     # QEMU guest (kernel nbd-client on ramback) and the dm target's

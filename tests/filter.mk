@@ -35,7 +35,7 @@ FILTER_LOG_COMPILER = /bin/sh
 #    plugin, and real plugins below the filter.
 filter_tests = \
 	test-filter-caps.sh \
-	test-filter-plugins.sh \
+	test-filter-memory.sh \
 	test-filter-ssh.sh \
 	$(NULL)
 TESTS += $(filter_tests)
