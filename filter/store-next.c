@@ -523,6 +523,11 @@ next_next_data (struct rb_store *s, uint64_t offset, uint64_t *data,
   struct next_store *st = s->handle;
   uint64_t pos = offset;
 
+  if (!st->can_extents) {     /* no map of holes: all data */
+    *data = offset;
+    *hole = s->size;
+    return 0;
+  }
   while (pos < s->size) {
     uint32_t count = RB_MIN (s->size - pos, (uint64_t) EXTENTS_SPAN);
     struct nbdkit_extents *exts = nbdkit_extents_new (pos, s->size);
