@@ -21,11 +21,21 @@
 # per-run ratios filter/plugin (target >= 0.9x) and cache/plugin (for
 # information).  Before each run ramback's dirty data is synced, the
 # cache filter is sent an NBD FLUSH, and the kernel's page cache is
-# written back.  bench/README.md has the results.
+# written back.
+#
+# Before the fio jobs, each form alone (plugin, then filter, --repeat
+# times): populate of the whole image (from nbdkit's start until
+# wait-populated returns), and the drain of scattered dirty data (a
+# 64K chunk in every 128K of the image, written while flush-rate=64K
+# holds the flusher back, then SIGTERM: the clean stop drains at full
+# speed; timed until the control socket closes, as bench-local.sh
+# does).  Over the delayed NBD backend the drain is one request per
+# chunk, so it measures how well each form hides the latency.
+# bench/README.md has the results.
 #
 #   bench/bench-filter.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #       [--runtime=S] [--repeat=N] [--delay=MS] [--backends=file,nbd]
-#       [--output=FILE] [--strict] [--keep]
+#       [--jobs=LIST] [--output=FILE] [--strict] [--keep]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict: then 3 if a target is missed), 1 if something failed to run,
@@ -54,6 +64,7 @@ connections, five jobs.
   --repeat=N       runs of each job on each server (default 3, --quick 2)
   --delay=MS       the NBD backend's delay per request (default 2)
   --backends=LIST  file, nbd or both (default file,nbd)
+  --jobs=LIST      some of randread4k,randwrite4k,seqread1m,seqwrite1m,fsync4k
   --quick          smaller and shorter (about 3 minutes)
   --output=FILE    also write the report to FILE
   --strict         exit 3 if a filter/plugin ratio is below 0.9
@@ -63,6 +74,7 @@ EOF
 
 size=; runtime=; repeat=; delay=2; backends=file,nbd; quick=no; output=
 strict=no; keep=no; build=${RAMBACK_BUILD:-}; workroot=${TMPDIR:-/var/tmp}
+jobs_arg=randread4k,randwrite4k,seqread1m,seqwrite1m,fsync4k
 
 for arg in "$@"; do
     case $arg in
@@ -73,6 +85,7 @@ for arg in "$@"; do
         --repeat=*) repeat=${arg#*=} ;;
         --delay=*) delay=${arg#*=} ;;
         --backends=*) backends=${arg#*=} ;;
+        --jobs=*) jobs_arg=${arg#*=} ;;
         --quick) quick=yes ;;
         --output=*) output=${arg#*=} ;;
         --strict) strict=yes ;;
@@ -218,7 +231,8 @@ median () {
     $PY -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@"
 }
 
-jobs=(randread4k randwrite4k seqread1m seqwrite1m fsync4k)
+jobs=()
+IFS=, read -r -a jobs <<<"$jobs_arg"
 declare -A job_args job_dir job_unit
 job_args[randread4k]="--rw=randread --bs=4k --iodepth=32"
 job_args[randwrite4k]="--rw=randwrite --bs=4k --iodepth=32"
@@ -229,6 +243,10 @@ job_dir=([randread4k]=read [randwrite4k]=write [seqread1m]=read
          [seqwrite1m]=write [fsync4k]=write)
 job_unit=([randread4k]=iops [randwrite4k]=iops [seqread1m]=bw_bytes
           [seqwrite1m]=bw_bytes [fsync4k]=iops)
+for job in "${jobs[@]}"; do
+    [ -n "${job_args[$job]:-}" ] ||
+        { echo "$prog: unknown job '$job'" >&2; exit 2; }
+done
 targets=(plugin filter cache)
 
 run_job () {
@@ -241,11 +259,75 @@ run_job () {
     fio_metric "$out" "${job_dir[$job]}" "${job_unit[$job]}"
 }
 
+# start_front NAME BACKEND FORM [ramback parameters]: the plugin or
+# filter form over BACKEND (for nbd, over the delayed server NAME_bk,
+# started first); control socket $WORK/NAME.ctl.
+start_front () {
+    local name=$1 bk=$2 form=$3; shift 3
+    local img=$WORK/$name.img ctlp=$WORK/$name.ctl bkv
+    if [ "$bk" = nbd ]; then
+        start_server "${name}_bk" --filter=delay file "$img" "${delays[@]}"
+        bkv=${name}_bk_sock
+    fi
+    case $bk,$form in
+        file,plugin) start_server "$name" "$PLUGIN" back="$img" control="$ctlp" "$@" ;;
+        file,filter) start_server "$name" --filter="$FILTER" file "$img" control="$ctlp" "$@" ;;
+        file,cache) start_server "$name" --filter=cache file "$img" cache-on-read=true ;;
+        nbd,plugin) start_server "$name" "$PLUGIN" back="nbd+unix:///?socket=${!bkv}" control="$ctlp" "$@" ;;
+        nbd,filter) start_server "$name" --filter="$FILTER" nbd socket="${!bkv}" control="$ctlp" "$@" ;;
+        nbd,cache) start_server "$name" --filter=cache nbd socket="${!bkv}" cache-on-read=true ;;
+    esac
+}
+
+stop_front () {
+    stop_server "$1"
+    [ "$2" != nbd ] || stop_server "${1}_bk"
+}
+
+# pending_bytes SOCK: dirty + in flight + written but not yet synced.
+pending_bytes () {
+    ctl "$1" "status json" | $PY -c '
+import json, sys
+v = json.load(sys.stdin)
+print(v["dirty_bytes"] + v["inflight_bytes"] + v["unsynced_bytes"])'
+}
+
+# timed_drain NAME: SIGTERM ramback NAME and print the seconds until its
+# clean stop has drained and synced (its control socket closes then).
+timed_drain () {
+    local pidv=${1}_pid p q np=()
+    p=${!pidv}
+    $PY - "$WORK/$1.ctl" "$p" <<'EOP'
+import os, signal, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+f = s.makefile("rwb", buffering=0)
+t0 = time.time()
+os.kill(int(sys.argv[2]), signal.SIGTERM)
+try:
+    while True:
+        s.sendall(b"status json\n")
+        while True:
+            line = f.readline()
+            if not line:
+                raise EOFError
+            if line in (b"OK\n", b"OK\r\n") or line.startswith(b"ERR "):
+                break
+        time.sleep(0.002)
+except (EOFError, OSError):
+    pass
+print(time.time() - t0)
+EOP
+    while kill -0 "$p" 2>/dev/null; do sleep 0.01; done
+    for q in "${pids[@]}"; do [ "$q" = "$p" ] || np+=("$q"); done
+    pids=("${np[@]}")
+}
+
 # What a run leaves dirty is written back before the next one.
 quiesce () {
     local bk=$1
-    ctl "$WORK/$bk-plugin.ctl" sync
-    ctl "$WORK/$bk-filter.ctl" sync
+    ctl "$WORK/${bk}_plugin.ctl" sync
+    ctl "$WORK/${bk}_filter.ctl" sync
     nbdsh -u "$(eval echo "\$${bk}_cache_uri")" -c 'h.flush()'
     sync
 }
@@ -260,37 +342,38 @@ delays=(delay-read="${delay}ms" delay-write="${delay}ms"
         delay-zero="${delay}ms" delay-trim="${delay}ms"
         delay-extents="${delay}ms")
 
-declare -A vals
+declare -A vals popv drainv
+nios=$((size_b / (128 * 1024)))
 for bk in "${bk_list[@]}"; do
-    for t in "${targets[@]}"; do
-        cp "$WORK/image" "$WORK/$bk-$t.img"
-    done
-    if [ "$bk" = file ]; then
-        start_server file_plugin "$PLUGIN" back="$WORK/file-plugin.img" \
-            control="$WORK/file-plugin.ctl"
-        start_server file_filter --filter="$FILTER" file "$WORK/file-filter.img" \
-            control="$WORK/file-filter.ctl"
-        start_server file_cache --filter=cache file "$WORK/file-cache.img" \
-            cache-on-read=true
-    else
-        for t in "${targets[@]}"; do
-            start_server "nbdb_$t" --filter=delay file "$WORK/nbd-$t.img" \
-                "${delays[@]}"
+    # Populate and scattered drain, each form alone.
+    for (( i = 0; i < repeat; i++ )); do
+        for t in plugin filter; do
+            sync
+            cp "$WORK/image" "$WORK/pd.img"
+            t0=$EPOCHREALTIME
+            start_front pd "$bk" "$t" flush-rate=64K
+            ctl "$WORK/pd.ctl" wait-populated
+            t1=$EPOCHREALTIME
+            popv[$bk,$t]+=" $($PY -c "print($size_b / ($t1 - $t0))")"
+            fio_nbd "$pd_uri" "$WORK/pd-w.json" --name=scatter \
+                --rw=write:64k --bs=64k --iodepth=32 --size="$size_b" \
+                --number_ios="$nios"
+            pending=$(pending_bytes "$WORK/pd.ctl")
+            secs=$(timed_drain pd)
+            [ "$bk" != nbd ] || stop_server pd_bk
+            drainv[$bk,$t]+=" $($PY -c "print($pending / $secs)")"
+            log "$bk $t: populated in $($PY -c "print(round($t1 - $t0, 3))") s;" \
+                "$((pending >> 20)) MiB scattered drained in $secs s"
         done
-        start_server nbd_plugin "$PLUGIN" back="$nbdb_plugin_uri" \
-            control="$WORK/nbd-plugin.ctl"
-        start_server nbd_filter --filter="$FILTER" nbd socket="$nbdb_filter_sock" \
-            control="$WORK/nbd-filter.ctl"
-        start_server nbd_cache --filter=cache nbd socket="$nbdb_cache_sock" \
-            cache-on-read=true
-    fi
-    t0=$EPOCHREALTIME
-    ctl "$WORK/$bk-plugin.ctl" wait-populated
-    t1=$EPOCHREALTIME
-    ctl "$WORK/$bk-filter.ctl" wait-populated
-    t2=$EPOCHREALTIME
-    log "$bk: populated (plugin $($PY -c "print(round($t1 - $t0, 2))") s," \
-        "filter $($PY -c "print(round($t2 - $t1, 2))") s after it)"
+    done
+    rm -f "$WORK/pd.img"
+
+    for t in "${targets[@]}"; do
+        cp "$WORK/image" "$WORK/${bk}_$t.img"
+        start_front "${bk}_$t" "$bk" "$t"
+    done
+    ctl "$WORK/${bk}_plugin.ctl" wait-populated
+    ctl "$WORK/${bk}_filter.ctl" wait-populated
 
     for job in "${jobs[@]}"; do
         for (( i = 0; i < repeat; i++ )); do
@@ -308,11 +391,8 @@ for bk in "${bk_list[@]}"; do
         done
     done
     quiesce "$bk"
-    for t in "${targets[@]}"; do stop_server "${bk}_$t"; done
-    if [ "$bk" = nbd ]; then
-        for t in "${targets[@]}"; do stop_server "nbdb_$t"; done
-    fi
-    rm -f "$WORK/$bk"-*.img
+    for t in "${targets[@]}"; do stop_front "${bk}_$t" "$bk"; done
+    rm -f "$WORK/$bk"_*.img
 done
 
 report=$WORK/report.txt
@@ -328,6 +408,19 @@ report=$WORK/report.txt
         else
             echo "backend: nbdkit file behind --filter=delay ${delay}ms, on a Unix socket (plugin: back=nbd+unix://; filter and cache: nbd socket=)"
         fi
+        POP="${popv[$bk,plugin]} |${popv[$bk,filter]}" \
+        DRAIN="${drainv[$bk,plugin]} |${drainv[$bk,filter]}" $PY - <<'EOP'
+import os, statistics as st
+print("%-34s %9s %9s  %s" % ("each form alone, MiB/s", "plugin", "filter",
+                             "filter/plugin"))
+for name, key in (("populate", "POP"), ("drain, 64K in every 128K", "DRAIN")):
+    p, f = ([float(x) for x in v.split()] for v in os.environ[key].split("|"))
+    r = [x / y for x, y in zip(f, p)]
+    print("%-34s %9.0f %9.0f  %5.2f (%4.2f-%4.2f)" % (
+        name, st.median(p) / 2**20, st.median(f) / 2**20, st.median(r),
+        min(r), max(r)))
+EOP
+        echo
         ROWS=$(for job in "${jobs[@]}"; do
             echo "$job ${job_unit[$job]} |${vals[$bk,$job,plugin]} |${vals[$bk,$job,filter]} |${vals[$bk,$job,cache]}"
         done) $PY - <<'EOP'

@@ -22,7 +22,7 @@
  * final thread model given to .get_ready:
  *   - parallel: any number of calls at once, on 'contexts' contexts
  *     (default 1: a parallel plugin needs no more), by up to 'inflight'
- *     worker threads (default 8);
+ *     worker threads (default 16);
  *   - serialize_requests: one call at a time per context (a mutex each),
  *     so parallelism comes from several contexts (default 4, e.g. four
  *     ssh sessions), one worker each;
@@ -92,7 +92,7 @@
 
 #define MAX_CONTEXTS 64
 #define MAX_WORKERS 64
-#define DEFAULT_WORKERS 8
+#define DEFAULT_WORKERS 16
 #define DEFAULT_SERIAL_CONTEXTS 4
 #define PIECE_BYTES (1024 * 1024)
 #define ZERO_PIECE_BYTES (32 * 1024 * 1024)
