@@ -32,12 +32,14 @@
  * Batches.  The core submits batches (a populate batch of up to 8 runs,
  * a write-back batch of up to 32, each up to 8 MiB).  They are cut into
  * pieces of at most PIECE_BYTES (and the plugin's maximum block size)
- * and run by the workers in parallel, which hides the latency of a
- * remote plugin (nbd, ssh) the way store-nbd.c's requests in flight do.
- * A batch of one piece (a demand load, a writethrough write) runs on the
- * calling thread, without a hand-off.  The core never has two
- * overlapping requests in flight unless both are reads, so pieces may
- * run in any order.
+ * and run in parallel by the calling thread and the workers, which
+ * hides the latency of a remote plugin (nbd, ssh) the way store-nbd.c's
+ * requests in flight do.  Workers are woken one by one as long as
+ * pieces are left (see worker_main), so a fast local plugin does not
+ * pay for waking threads it does not need.  A batch of one piece (a
+ * demand load, a writethrough write) runs on the calling thread alone.
+ * The core never has two overlapping requests in flight unless both
+ * are reads, so pieces may run in any order.
  *
  * Capabilities, honestly:
  *   - can_write false: the store is read-only; the filter serves a
@@ -104,8 +106,16 @@ enum serialize {
   SER_ALL,                    /* one call at a time in all */
 };
 
-/* What the caller of submit() waits for: all of its pieces. */
+struct piece;
+
+/* One submit(): its pieces, shared out between the caller and the
+ * workers, and what the caller waits for (all of them done).
+ */
 struct batch {
+  struct batch *next;         /* queue link [st->qlock] */
+  struct piece *pieces;
+  size_t n;
+  size_t claimed;             /* [st->qlock] pieces taken to run */
   rb_mutex lock;
   rb_cond cond;
   size_t pending;             /* [lock] pieces not yet done */
@@ -114,7 +124,6 @@ struct batch {
 };
 
 struct piece {
-  struct piece *next;         /* queue link [st->qlock] */
   struct batch *batch;
   struct rb_io *io;
   enum rb_io_op op;
@@ -146,10 +155,10 @@ struct next_store {
   uint32_t max_zero;          /* ZERO */
   char *zero_buf;             /* max_piece zeroes, for can_zero NONE */
 
-  /* Workers [qlock]. */
+  /* Workers [qlock]: batches with pieces not yet claimed. */
   rb_mutex qlock;
   rb_cond qcond;
-  struct piece *head, *tail;
+  struct batch *head;
   bool quit;
   int nworkers;
   rb_thread workers[MAX_WORKERS];
@@ -323,6 +332,34 @@ struct worker_arg {
   int index;
 };
 
+/* Take the next piece of batch b (NULL: all taken).  A batch leaves
+ * the queue when its last piece is taken.  qlock held.
+ */
+static struct piece *
+claim (struct next_store *st, struct batch *b)
+{
+  struct batch **pp;
+  struct piece *p;
+
+  if (b->claimed == b->n)
+    return NULL;
+  p = &b->pieces[b->claimed++];
+  if (b->claimed == b->n) {
+    for (pp = &st->head; *pp; pp = &(*pp)->next)
+      if (*pp == b) {
+        *pp = b->next;
+        break;
+      }
+  }
+  return p;
+}
+
+/* Workers are woken one at a time: a worker that takes a piece wakes
+ * another if pieces are left.  Over a slow plugin that brings all of
+ * them in within microseconds; over a fast one the caller (which runs
+ * pieces of its own batch too) is often done before a second worker
+ * wakes, and no CPU goes to waking threads for nothing.
+ */
 static void *
 worker_main (void *arg)
 {
@@ -342,10 +379,9 @@ worker_main (void *arg)
         rb_cond_wait (&st->qcond, &st->qlock);
       if (st->head == NULL)
         return NULL;          /* quit, and nothing left */
-      p = st->head;
-      st->head = p->next;
-      if (st->head == NULL)
-        st->tail = NULL;
+      p = claim (st, st->head);
+      if (st->head)
+        rb_cond_signal (&st->qcond);
     }
     run_piece (st, c, p);
   }
@@ -430,24 +466,35 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
 
   rb_mutex_init (&b.lock);
   rb_cond_init (&b.cond);
-  b.pending = npieces;
+  b.pieces = pieces;
+  b.n = b.pending = npieces;
   if (npieces == 1 || st->nworkers == 0) {
     struct ctx *c = inline_ctx (st);
     for (k = 0; k < npieces; k++)
       run_piece (st, c, &pieces[k]);
   }
   else {
+    struct ctx *c = inline_ctx (st);
+
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->qlock);
-      for (k = 0; k < npieces; k++) {
-        pieces[k].next = NULL;
-        if (st->tail)
-          st->tail->next = &pieces[k];
-        else
-          st->head = &pieces[k];
-        st->tail = &pieces[k];
+      struct batch **pp = &st->head;
+
+      while (*pp)
+        pp = &(*pp)->next;
+      *pp = &b;
+      rb_cond_signal (&st->qcond);
+    }
+    /* The caller runs pieces of its own batch too. */
+    for (;;) {
+      struct piece *p;
+      {
+        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->qlock);
+        p = claim (st, &b);
       }
-      rb_cond_broadcast (&st->qcond);
+      if (p == NULL)
+        break;
+      run_piece (st, c, p);
     }
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b.lock);
     while (b.pending > 0)
