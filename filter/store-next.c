@@ -35,8 +35,10 @@
  * and run in parallel by the calling thread and the workers, which
  * hides the latency of a remote plugin (nbd, ssh) the way store-nbd.c's
  * requests in flight do.  Workers are woken one by one as long as
- * pieces are left (see worker_main), so a fast local plugin does not
- * pay for waking threads it does not need.  A batch of one piece (a
+ * pieces are left and the plugin makes threads wait for it (see
+ * worker_main); a plugin that only keeps the CPU busy, like the file
+ * plugin writing into the page cache, is driven by the calling thread
+ * alone, so write back does not take both CPUs from client requests.  A batch of one piece (a
  * demand load, a writethrough write) runs on the calling thread alone.
  * The core never has two overlapping requests in flight unless both
  * are reads, so pieces may run in any order.
@@ -83,6 +85,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <nbdkit-filter.h>
 
@@ -99,6 +102,8 @@
 #define PIECE_BYTES (1024 * 1024)
 #define ZERO_PIECE_BYTES (32 * 1024 * 1024)
 #define EXTENTS_SPAN (1024 * 1024 * 1024)
+#define BLOCK_ONE 256               /* 'blocking': every piece waited */
+#define BLOCK_WAKE (BLOCK_ONE / 4)  /* wake workers above this */
 
 enum serialize {
   SER_NONE,                   /* parallel plugin */
@@ -164,6 +169,9 @@ struct next_store {
   rb_thread workers[MAX_WORKERS];
 
   uint64_t requests;          /* [atomic] calls into the plugin */
+  unsigned blocking;          /* [atomic] moving average, 0..BLOCK_ONE,
+                                 of pieces during which the plugin made
+                                 the thread wait (see worker_main) */
 };
 
 static const char *
@@ -273,7 +281,11 @@ run_on (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
   uint64_t m = st->min_block, pos = offset, end = offset + count;
   int r = 0;
 
+  struct rusage ru0, ru1;
+  unsigned old, sample;
+
   ctx_lock (st, c);
+  getrusage (RUSAGE_THREAD, &ru0);
   if (m == 1 || (offset % m == 0 && (count % m == 0 || end == st->s->size)))
     r = call (st, c, op, buf, count, offset, err);
   else {
@@ -295,8 +307,24 @@ run_on (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
       }
     }
   }
+  /* Did the plugin make us wait (a voluntary context switch: a reply
+   * from a server, a disk)?  Preemption by a busy machine does not
+   * count.
+   */
+  getrusage (RUSAGE_THREAD, &ru1);
   ctx_unlock (st, c);
+  sample = ru1.ru_nvcsw > ru0.ru_nvcsw ? BLOCK_ONE : 0;
+  old = rb_atomic_load_relaxed (&st->blocking);
+  __atomic_store_n (&st->blocking, old - old / 8 + sample / 8,
+                    __ATOMIC_RELAXED);
   return r;
+}
+
+/* Wake (another) worker only while the plugin makes threads wait. */
+static bool
+want_parallel (struct next_store *st)
+{
+  return rb_atomic_load_relaxed (&st->blocking) > BLOCK_WAKE;
 }
 
 static void
@@ -355,10 +383,16 @@ claim (struct next_store *st, struct batch *b)
 }
 
 /* Workers are woken one at a time: a worker that takes a piece wakes
- * another if pieces are left.  Over a slow plugin that brings all of
- * them in within microseconds; over a fast one the caller (which runs
- * pieces of its own batch too) is often done before a second worker
- * wakes, and no CPU goes to waking threads for nothing.
+ * another if pieces are left, so all of them are busy within
+ * microseconds.  But only while the plugin makes threads wait for it
+ * (a remote server, a disk: 'blocking', the share of recent pieces
+ * during which the thread waited, measured as voluntary context
+ * switches).  A plugin that only keeps the CPU busy (the file plugin
+ * copying into the page cache) gains nothing from more threads on it
+ * and would take the CPUs from client requests: then the calling
+ * thread runs the whole batch alone, as the plugin form's file store
+ * does.  Every piece is measured, so a change either way is seen
+ * within a few pieces.
  */
 static void *
 worker_main (void *arg)
@@ -380,7 +414,7 @@ worker_main (void *arg)
       if (st->head == NULL)
         return NULL;          /* quit, and nothing left */
       p = claim (st, st->head);
-      if (st->head)
+      if (st->head && want_parallel (st))
         rb_cond_signal (&st->qcond);
     }
     run_piece (st, c, p);
@@ -483,7 +517,8 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
       while (*pp)
         pp = &(*pp)->next;
       *pp = &b;
-      rb_cond_signal (&st->qcond);
+      if (want_parallel (st))
+        rb_cond_signal (&st->qcond);
     }
     /* The caller runs pieces of its own batch too. */
     for (;;) {
@@ -652,6 +687,7 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
   struct next_store *st = s->handle;
   uint64_t requests = rb_atomic_load (&st->requests);
+  unsigned waiting = rb_atomic_load_relaxed (&st->blocking) * 100 / BLOCK_ONE;
   int r;
 
   if (json)
@@ -664,14 +700,15 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
                   ",\"store_zero\":\"%s\""
                   ",\"store_block_status\":%s"
                   ",\"store_min_block\":%" PRIu32
-                  ",\"store_requests\":%" PRIu64,
+                  ",\"store_requests\":%" PRIu64
+                  ",\"store_waiting\":%u",
                   s->read_only ? "true" : "false",
                   model_name (st->thread_model), st->nworkers,
                   st->can_multi_conn ? "true" : "false",
                   st->can_flush ? "true" : "false",
                   zero_name (st->can_zero),
                   st->can_extents ? "true" : "false",
-                  st->min_block, requests);
+                  st->min_block, requests, waiting);
   else
     r = snprintf (buf, len,
                   "store_read_only: %s\n"
@@ -682,14 +719,15 @@ next_status (struct rb_store *s, bool json, char *buf, size_t len)
                   "store_zero: %s\n"
                   "store_block_status: %s\n"
                   "store_min_block: %" PRIu32 "\n"
-                  "store_requests: %" PRIu64 "\n",
+                  "store_requests: %" PRIu64 "\n"
+                  "store_waiting: %u\n",
                   s->read_only ? "true" : "false",
                   model_name (st->thread_model), st->nworkers,
                   st->can_multi_conn ? "true" : "false",
                   st->can_flush ? "true" : "false",
                   zero_name (st->can_zero),
                   st->can_extents ? "true" : "false",
-                  st->min_block, requests);
+                  st->min_block, requests, waiting);
   return r < 0 ? 0 : (size_t) r < len ? (size_t) r : len;
 }
 
@@ -849,6 +887,7 @@ rb_store_next_open (const struct rb_store_next_params *p)
   st->thread_model = p->thread_model;
   st->max_piece = PIECE_BYTES;
   st->max_zero = ZERO_PIECE_BYTES;
+  st->blocking = BLOCK_ONE;   /* until measured: assume a remote plugin */
   rb_mutex_init (&st->all_lock);
   rb_mutex_init (&st->qlock);
   rb_cond_init (&st->qcond);
