@@ -92,6 +92,7 @@
 #include "cleanup.h"
 #include "env.h"
 #include "error.h"
+#include "ramback.h"
 #include "store.h"
 #include "store-next.h"
 
@@ -868,6 +869,65 @@ open_ctx (struct next_store *st, const struct rb_store_next_params *p, int i)
   return 0;
 }
 
+struct opener {
+  struct next_store *st;
+  const struct rb_store_next_params *p;
+  int n;
+  int r, err;
+  char msg[256];
+};
+
+static void *
+opener_main (void *arg)
+{
+  struct opener *o = arg;
+  int i;
+
+  rb_thread_background ();
+  o->r = 0;
+  for (i = 0; i < o->n; i++)
+    if (open_ctx (o->st, o->p, i) == -1) {
+      o->r = -1;
+      o->err = errno;
+      snprintf (o->msg, sizeof o->msg, "%s",
+                rb_get_error () ? rb_get_error () : "open failed");
+      break;
+    }
+  return NULL;
+}
+
+/* The contexts are opened on a thread of background priority: threads
+ * that a plugin starts for a context (the nbd plugin's reader) inherit
+ * it, and they carry write back and populate, as the plugin form's own
+ * NBD connection threads do at that priority.
+ */
+static int
+open_contexts (struct next_store *st, const struct rb_store_next_params *p,
+               int n)
+{
+  struct opener o = { .st = st, .p = p, .n = n };
+  rb_thread t;
+
+  if (rb_thread_create (&t, opener_main, &o) == -1) {
+    rb_set_error (errno, "cannot start a thread");
+    return -1;
+  }
+  rb_thread_join (t);
+  if (o.r == -1) {
+    /* The message is that thread's; it ends in ": strerror", which
+     * rb_set_error adds again.
+     */
+    const char *e = rb_strerror (o.err);
+    size_t lm = strlen (o.msg), le = strlen (e);
+
+    if (lm > le + 2 && strcmp (o.msg + lm - le, e) == 0 &&
+        memcmp (o.msg + lm - le - 2, ": ", 2) == 0)
+      o.msg[lm - le - 2] = '\0';
+    rb_set_error (o.err, "%s", o.msg);
+  }
+  return o.r;
+}
+
 struct rb_store *
 rb_store_next_open (const struct rb_store_next_params *p)
 {
@@ -912,9 +972,8 @@ rb_store_next_open (const struct rb_store_next_params *p)
   want_ctx = RB_MIN (want_ctx, MAX_CONTEXTS);
   want_workers = RB_MIN (want_workers, MAX_WORKERS);
 
-  for (i = 0; i < want_ctx; i++)
-    if (open_ctx (st, p, i) == -1)
-      goto fail;
+  if (open_contexts (st, p, want_ctx) == -1)
+    goto fail;
   s->connections = st->nctx;
 
   if (s->size == 0) {
