@@ -38,7 +38,8 @@
  * pieces are left and the plugin makes threads wait for it (see
  * worker_main); a plugin that only keeps the CPU busy, like the file
  * plugin writing into the page cache, is driven by the calling thread
- * alone, so write back does not take both CPUs from client requests.  A batch of one piece (a
+ * alone, in pieces of up to SERIAL_PIECE_BYTES (the core's own request
+ * size), so write back does not take both CPUs from client requests.  A batch of one piece (a
  * demand load, a writethrough write) runs on the calling thread alone.
  * The core never has two overlapping requests in flight unless both
  * are reads, so pieces may run in any order.
@@ -101,6 +102,7 @@
 #define DEFAULT_WORKERS 16
 #define DEFAULT_SERIAL_CONTEXTS 4
 #define PIECE_BYTES (1024 * 1024)
+#define SERIAL_PIECE_BYTES (8 * 1024 * 1024)
 #define ZERO_PIECE_BYTES (32 * 1024 * 1024)
 #define EXTENTS_SPAN (1024 * 1024 * 1024)
 #define BLOCK_ONE 256               /* 'blocking': every piece waited */
@@ -157,7 +159,8 @@ struct next_store {
   int can_flush, can_fua, can_zero, can_fast_zero, can_extents;
   int can_multi_conn, can_trim;
   uint32_t min_block;         /* 1 if the plugin has no minimum */
-  uint32_t max_piece;         /* READ, WRITE */
+  uint32_t max_piece;         /* READ, WRITE, run in parallel */
+  uint32_t max_serial;        /* READ, WRITE, run by the caller alone */
   uint32_t max_zero;          /* ZERO */
   char *zero_buf;             /* max_piece zeroes, for can_zero NONE */
 
@@ -436,10 +439,14 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   struct batch b = { .pending = 0 };
   size_t i, npieces = 0, k = 0;
   int first_err = 0;
+  /* Small pieces to run in parallel, or the core's own large requests
+   * when the caller runs them alone (see worker_main).
+   */
+  uint64_t rw_step = want_parallel (st) ? st->max_piece : st->max_serial;
 
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : st->max_piece;
+    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : rw_step;
 
     io->err = 0;
     if (io->count == 0)
@@ -478,7 +485,7 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   }
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : st->max_piece;
+    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : rw_step;
     uint64_t pos, next, end = io->offset + io->count;
 
     /* Cut at multiples of step (a multiple of the minimum block size),
@@ -863,6 +870,8 @@ open_ctx (struct next_store *st, const struct rb_store_next_params *p, int i)
     st->min_block = minimum > 1 ? minimum : 1;
     if (maximum > 0 && maximum < st->max_piece)
       st->max_piece = maximum / st->min_block * st->min_block;
+    if (maximum > 0 && maximum < st->max_serial)
+      st->max_serial = maximum / st->min_block * st->min_block;
     if (maximum > 0 && maximum < st->max_zero)
       st->max_zero = maximum / st->min_block * st->min_block;
   }
@@ -946,6 +955,7 @@ rb_store_next_open (const struct rb_store_next_params *p)
   st->s = s;
   st->thread_model = p->thread_model;
   st->max_piece = PIECE_BYTES;
+  st->max_serial = SERIAL_PIECE_BYTES;
   st->max_zero = ZERO_PIECE_BYTES;
   st->blocking = BLOCK_ONE;   /* until measured: assume a remote plugin */
   rb_mutex_init (&st->all_lock);
@@ -986,7 +996,8 @@ rb_store_next_open (const struct rb_store_next_params *p)
                   "larger", p->chunk_size, st->min_block, st->min_block);
     goto fail;
   }
-  if (st->max_piece < st->min_block || st->max_zero < st->min_block) {
+  if (st->max_piece < st->min_block || st->max_serial < st->min_block ||
+      st->max_zero < st->min_block) {
     rb_set_error (EINVAL, "the plugin's maximum block size is smaller "
                   "than its minimum");
     goto fail;
