@@ -16,6 +16,9 @@ filter_form_tests = \
 	test-bad-input.filter \
 	test-error-backing.filter \
 	test-sigterm-drain.filter \
+	test-ups-window.filter \
+	test-fio.filter \
+	test-enospc.filter \
 	test-remote-qemu-nbd.filter \
 	test-remote-nbd-server.filter \
 	$(NULL)
