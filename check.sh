@@ -12,8 +12,14 @@
 # 5. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
 #    on ramback (untar, restart during populate, mode toggling, power cut),
 # 6. the device-mapper target built against Debian's kernel headers and
-#    tested inside the QEMU guest (never on this machine's kernel).
-# Set RAMBACK_CHECK_SKIP="asan tsan guest dm" to leave stages out.
+#    tested inside the QEMU guest (never on this machine's kernel),
+# 7. make distcheck: the release tarball builds and passes make check
+#    from a read-only source tree, installs and uninstalls cleanly,
+# 8. the Debian packages: built, linted, installed, their installed
+#    files smoke-tested (dkms builds the dm target, never loads it),
+#    purged (scripts/check-packages.sh).
+# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages" to
+# leave stages out.
 set -uo pipefail
 cd "$(dirname "$0")"
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
@@ -57,6 +63,8 @@ stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
 stage tsan check_in _build-tsan/lib check
 stage guest check_in _build check-guest
 stage dm check_in _build check-dm
+stage distcheck scripts/check-dist.sh
+stage packages scripts/check-packages.sh
 
 # One closing line for the whole run, counted from every test result.
 pass=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: PASS')

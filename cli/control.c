@@ -28,6 +28,17 @@ struct ctl {
   GString *in;                /* received, not yet consumed */
 };
 
+/* Whether the last failure was the plugin being busy or not listening
+ * (ctl_failure_transient).  The command is single-threaded.
+ */
+static bool last_transient;
+
+gboolean
+ctl_failure_transient (void)
+{
+  return last_transient;
+}
+
 const char *
 ctl_path (const struct ctl *c)
 {
@@ -64,10 +75,17 @@ connect_error (const char *path, int e, GError **err)
     if (stat (path, &sb) == 0 && !S_ISSOCK (sb.st_mode))
       g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
                    "%s: not a socket", path);
-    else
+    else {
       g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
                    "%s: nobody is listening (stale socket: has nbdkit "
                    "exited?)", path);
+      last_transient = true;
+    }
+    break;
+  case EAGAIN:
+    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
+                 "%s: the plugin accepts no more connections for now", path);
+    last_transient = true;
     break;
   case ENOTDIR:
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
@@ -87,6 +105,7 @@ ctl_connect (const char *path, GError **err)
   struct ctl *c;
   int fd;
 
+  last_transient = false;
   if (strlen (path) >= sizeof addr.sun_path) {
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
                  "%s: socket path too long (at most %zu bytes)",
@@ -141,6 +160,34 @@ lost_error (struct ctl *c, const char *why, GError **err)
                "did nbdkit exit?)", c->path, c->request, why);
 }
 
+static char *take_line (struct ctl *c);
+static int parse_final (struct ctl *c, const char *line, char **errno_name,
+                        GError **err);
+
+/* The plugin may refuse a connection (ERR EBUSY) and close it before
+ * reading our request, so that sending fails: its reply is still there
+ * to read.  True (with *err set) if there is a final ERR line.
+ */
+static gboolean
+salvage_reply (struct ctl *c, GError **err)
+{
+  char buf[4096], *line;
+  ssize_t n;
+
+  while (c->in->len < MAX_LINE &&
+         (n = recv (c->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    g_string_append_len (c->in, buf, n);
+  while ((line = take_line (c)) != NULL) {
+    int r = parse_final (c, line, NULL, err);
+    g_free (line);
+    if (r == 0 || r == -2)
+      return TRUE;
+    if (r == 1)
+      return FALSE;
+  }
+  return FALSE;
+}
+
 gboolean
 ctl_send (struct ctl *c, const char *request, GError **err)
 {
@@ -155,9 +202,11 @@ ctl_send (struct ctl *c, const char *request, GError **err)
      */
     ssize_t r = send (c->fd, line + done, len - done, MSG_NOSIGNAL);
     if (r == -1) {
-      if (errno == EINTR && !cli_interrupted)
+      int e = errno;
+      if (e == EINTR && !cli_interrupted)
         continue;
-      lost_error (c, g_strerror (errno), err);
+      if (!salvage_reply (c, err))
+        lost_error (c, g_strerror (e), err);
       g_free (line);
       return FALSE;
     }
@@ -226,6 +275,8 @@ parse_final (struct ctl *c, const char *line, char **errno_name,
   msg = *sp ? sp + 1 : "";
   if (errno_name)
     *errno_name = g_strndup (name, sp - name);
+  if (sp - name == 5 && strncmp (name, "EBUSY", 5) == 0)
+    last_transient = true;
   g_set_error (err, RAMBACK_CLI_ERROR,
                strncmp (name, "ETIMEDOUT", sp - name) == 0 &&
                sp - name == 9 ? CLI_EXIT_TIMEOUT : CLI_EXIT_REQUEST,

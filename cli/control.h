@@ -26,6 +26,12 @@ extern void ctl_close (struct ctl *c);
 extern const char *ctl_path (const struct ctl *c);
 extern int ctl_fd (const struct ctl *c);
 
+/* Whether the last ctl_connect or request failed because the plugin was
+ * busy (ERR EBUSY: all its control slots taken) or nobody listened on
+ * the socket yet (a plugin restarting): worth another try soon.
+ */
+extern gboolean ctl_failure_transient (void);
+
 /* Send one request line (without the newline). */
 extern gboolean ctl_send (struct ctl *c, const char *request, GError **err);
 

@@ -68,19 +68,43 @@ static double opt_watch_interval = 1.0;
 static gint opt_count;
 static double opt_timeout = -1;     /* seconds, < 0: none */
 
+/* Numbers on the command line have one form each, so that "-0", "+5",
+ * " 5", "5s", "0x5" or "1e3" are errors, not guesses: seconds are
+ * digits with an optional fraction (0, 30, 0.5; no leading zero), counts
+ * are digits.
+ */
+static gboolean
+is_decimal (const char *s, bool fraction)
+{
+  const char *p = s;
+
+  if (!g_ascii_isdigit (*p) || (p[0] == '0' && g_ascii_isdigit (p[1])))
+    return FALSE;
+  while (g_ascii_isdigit (*p))
+    p++;
+  if (fraction && *p == '.' && g_ascii_isdigit (p[1]))
+    for (p++; g_ascii_isdigit (*p); p++)
+      ;
+  return *p == '\0';
+}
+
 static gboolean
 parse_seconds (const char *name, const char *value, double *ret,
                GError **err)
 {
-  char *end;
   double d;
 
-  errno = 0;
-  d = g_ascii_strtod (value, &end);
-  if (errno || end == value || *end != '\0' || !isfinite (d) || d < 0 ||
-      d > INT_MAX / 1000) {
+  if (!is_decimal (value, true)) {
     g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                 "%s: '%s' is not a number of seconds", name, value);
+                 "%s: '%s' is not a number of seconds (digits with an "
+                 "optional fraction, e.g. 30 or 0.5)", name, value);
+    return FALSE;
+  }
+  d = g_ascii_strtod (value, NULL);
+  if (d > INT_MAX / 1000) {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is too long (at most %d seconds)", name, value,
+                 INT_MAX / 1000);
     return FALSE;
   }
   *ret = d;
@@ -88,12 +112,33 @@ parse_seconds (const char *name, const char *value, double *ret,
 }
 
 static gboolean
-parse_watch (const char *name, const char *value, gpointer data,
+parse_count (const char *name, const char *value, gpointer data,
              GError **err)
 {
-  opt_watch = TRUE;
-  if (value == NULL)
-    return TRUE;
+  gint64 v;
+
+  if (!is_decimal (value, false) || value[0] == '0') {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is not a whole number of updates (1 or more, "
+                 "e.g. 10)", name, value);
+    return FALSE;
+  }
+  v = g_ascii_strtoll (value, NULL, 10);
+  if (strlen (value) > 10 || v > INT_MAX) {
+    g_set_error (err, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "%s: '%s' is too many (at most %d)", name, value, INT_MAX);
+    return FALSE;
+  }
+  opt_count = (gint) v;
+  return TRUE;
+}
+
+static gboolean opt_interval_given;
+
+static gboolean
+parse_interval (const char *name, const char *value, gpointer data,
+                GError **err)
+{
   if (!parse_seconds (name, value, &opt_watch_interval, err))
     return FALSE;
   if (opt_watch_interval < 0.05) {
@@ -101,6 +146,7 @@ parse_watch (const char *name, const char *value, gpointer data,
                  "%s: the interval must be at least 0.05 s", name);
     return FALSE;
   }
+  opt_interval_given = TRUE;
   return TRUE;
 }
 
@@ -125,10 +171,11 @@ static const GOptionEntry status_options[] = {
   OPT_JSON,
   { "prometheus", 'p', 0, G_OPTION_ARG_NONE, &opt_prometheus,
     "Print node_exporter textfile metrics", NULL },
-  { "watch", 'w', G_OPTION_FLAG_OPTIONAL_ARG, G_OPTION_ARG_CALLBACK,
-    parse_watch, "Redraw every SECONDS (default 1) until interrupted",
-    "SECONDS" },
-  { "count", 'c', 0, G_OPTION_ARG_INT, &opt_count,
+  { "watch", 'w', 0, G_OPTION_ARG_NONE, &opt_watch,
+    "Redraw until interrupted, every --interval", NULL },
+  { "interval", 'i', 0, G_OPTION_ARG_CALLBACK, parse_interval,
+    "With --watch: every SECONDS (default 1)", "SECONDS" },
+  { "count", 'c', 0, G_OPTION_ARG_CALLBACK, parse_count,
     "With --watch: stop after N updates", "N" },
   { NULL }
 };
@@ -267,6 +314,24 @@ watch_status (const char *socket, GError **err)
         break;
     }
     st = status_fetch (c, err);
+    /* The plugin closes a connection idle for 30 s (a long --interval):
+     * connect again, once.  If that fails too (nbdkit is gone), the
+     * first error is the one to report.
+     */
+    if (st == NULL && n > 0 &&
+        g_error_matches (*err, RAMBACK_CLI_ERROR, CLI_EXIT_LOST)) {
+      GError *again = NULL;
+      struct ctl *c2 = ctl_connect (socket, &again);
+
+      if (c2 && (st = status_fetch (c2, &again)) != NULL) {
+        g_clear_error (err);
+        ctl_close (c);
+        c = c2;
+      }
+      else
+        ctl_close (c2);
+      g_clear_error (&again);
+    }
     if (st == NULL) {
       if (g_error_matches (*err, RAMBACK_CLI_ERROR, CLI_EXIT_INTERRUPTED)) {
         g_clear_error (err);
@@ -332,13 +397,41 @@ cmd_status (char **args, GError **err)
                  opt_json ? "json" : "watch");
     return FALSE;
   }
-  if (opt_count && !opt_watch) {
+  if ((opt_count || opt_interval_given) && !opt_watch) {
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_USAGE,
-                 "--count needs --watch");
+                 "--%s needs --watch", opt_count ? "count" : "interval");
     return FALSE;
   }
   return opt_watch ? watch_status (args[0], err)
                    : print_status_once (args[0], err);
+}
+
+/* mode and ups are the UPS path: while the plugin's control slots are
+ * all busy (ERR EBUSY) or nobody listens on the socket yet (a plugin
+ * restarting: connection refused), they try again for up to this long.
+ */
+#define BUSY_RETRY_S 5.0
+
+/* Connect and fetch the status; with retry, as above. */
+static struct ctl *
+connect_with_status (const char *socket, bool retry,
+                     struct json_object **st, GError **err)
+{
+  double give_up = cli_now () + BUSY_RETRY_S, pause = 0.05;
+
+  for (;;) {
+    struct ctl *c = ctl_connect (socket, err);
+
+    if (c && (*st = status_fetch (c, err)) != NULL)
+      return c;
+    ctl_close (c);
+    if (!retry || !ctl_failure_transient () || cli_interrupted ||
+        cli_now () + pause > give_up)
+      return NULL;
+    g_clear_error (err);
+    sleep_seconds (pause);
+    pause = MIN (pause * 2, 0.5);
+  }
 }
 
 /* mode, trace */
@@ -349,7 +442,7 @@ cmd_status (char **args, GError **err)
  */
 static gboolean
 switch_setting (const char *socket, const char *verb, const char *value,
-                const char *a, const char *b,
+                const char *a, const char *b, bool retry,
                 struct json_object **before, struct json_object **after,
                 GError **err)
 {
@@ -363,12 +456,11 @@ switch_setting (const char *socket, const char *verb, const char *value,
                  "%s must be %s or %s, not '%s'", verb, a, b, value);
     return FALSE;
   }
-  c = ctl_connect (socket, err);
+  c = connect_with_status (socket, retry, before, err);
   if (c == NULL)
     return FALSE;
   req = g_strdup_printf ("%s %s", verb, value);
-  ok = (*before = status_fetch (c, err)) != NULL &&
-    ctl_request (c, req, NULL, err) &&
+  ok = ctl_request (c, req, NULL, err) &&
     (*after = status_fetch (c, err)) != NULL;
   g_free (req);
   ctl_close (c);
@@ -381,7 +473,7 @@ cmd_mode (char **args, GError **err)
   const char *socket = args[1];
   struct json_object *before, *after;
   gboolean ok = switch_setting (socket, "mode", args[0], "writeback",
-                                "writethrough", &before, &after, err);
+                                "writethrough", true, &before, &after, err);
 
   if (ok) {
     uint64_t pending = status_pending_bytes (after);
@@ -422,7 +514,7 @@ cmd_trace (char **args, GError **err)
   const char *socket = args[1];
   struct json_object *before, *after;
   gboolean ok = switch_setting (socket, "trace", args[0], "on", "off",
-                                &before, &after, err);
+                                false, &before, &after, err);
 
   if (ok) {
     if (opt_json) {
@@ -760,13 +852,12 @@ cmd_ups (char **args, GError **err)
   ev = ups_names[i].event;
   want = ev == UPS_ONLINE ? "writeback" : "writethrough";
 
-  c = ctl_connect (socket, err);
+  c = connect_with_status (socket, true, &before, err);
   if (c == NULL)
     return FALSE;
   {
     char *req = g_strdup_printf ("mode %s", want);
-    ok = (before = status_fetch (c, err)) != NULL &&
-      ctl_request (c, req, NULL, err);
+    ok = ctl_request (c, req, NULL, err);
     g_free (req);
   }
   /* Low battery: the power will go, so wait until the dirty data is on
@@ -949,6 +1040,17 @@ main (int argc, char **argv)
     "denied, 4 connection lost, 5 reply not understood, 6 request\n"
     "failed, 7 timed out.  See ramback(1).");
   g_option_context_add_main_entries (ctx, cmd->options, NULL);
+  /* --watch used to take the period (--watch=SECONDS), which made
+   * "--watch SOCKET" read the socket as a number.  Say where it went.
+   */
+  for (i = 1; cmd->options == status_options && i < (size_t) argc &&
+         strcmp (argv[i], "--") != 0; i++)
+    if (g_str_has_prefix (argv[i], "--watch=")) {
+      usage_error (prefix, "--watch takes no value; give the period with "
+                   "--interval=SECONDS");
+      status = CLI_EXIT_USAGE;
+      goto out;
+    }
   if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
     usage_error (prefix, err->message);
     g_error_free (err);

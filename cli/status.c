@@ -204,6 +204,26 @@ status_format_human (GString *out, const struct json_object *st,
   format_size (out, status_u64 (st, "chunk_size"));
   g_string_append (out, ")\n");
 
+  /* Older plugins do not say: show nothing rather than a guess. */
+  if (*status_str (st, "image_source")) {
+    const char *src = status_str (st, "image_source");
+
+    KEY ("image");
+    if (strcmp (src, "resumed-crash") == 0)
+      g_string_append (out, "resumed after a crash");
+    else if (strcmp (src, "resumed-clean") == 0)
+      g_string_append (out, "resumed after a clean stop");
+    else if (strcmp (src, "populated") == 0)
+      g_string_append (out, "loaded from the backing store");
+    else
+      g_string_append (out, src);
+    if (strncmp (src, "resumed", 7) == 0)
+      g_string_append_printf (out, " (%" PRIu64 " chunks kept, %" PRIu64
+                              " written back at start)",
+                              status_u64 (st, "resumed_chunks"),
+                              status_u64 (st, "resumed_chunks_to_write"));
+    g_string_append_c (out, '\n');
+  }
   KEY ("populate"); populate_detail (out, st); g_string_append_c (out, '\n');
   if (view && view->bars)
     bar_line (out, "", populate_fraction (st), view);
@@ -371,6 +391,10 @@ static const struct metric {
   { "throttled", "ramback_throttled_writes_total", "counter",
     "Writes that waited because of the dirty limit." },
   { "trace", "ramback_trace", "gauge", "1 if request tracing is on." },
+  { "resumed_chunks", "ramback_resumed_chunks", "gauge",
+    "Chunks taken from a resumed RAM image at start (0: populated)." },
+  { "resumed_chunks_to_write", "ramback_resumed_chunks_to_write", "gauge",
+    "Chunks of a resumed RAM image that had to be written back at start." },
   { "uptime", "ramback_uptime_seconds", "gauge",
     "Seconds since the plugin's threads started." },
 };

@@ -11,7 +11,10 @@ source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
 expect_err () {
-    grep -Eq "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
+    grep -Eq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not match '$1'"
+}
+expect_err_text () {
+    grep -Fq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not contain '$1'"
 }
 
 # A plugin that is slow to write back (flush-rate=1K: after the first
@@ -33,6 +36,13 @@ run_rb 1 status --prometheus --json "$rb_ctl"
 run_rb 1 status --prometheus --watch "$rb_ctl"
 run_rb 1 status --count=3 "$rb_ctl"
 run_rb 1 status --watch=0 "$rb_ctl"
+run_rb 1 status --watch=1 "$rb_ctl"
+expect_err "--watch takes no value; give the period with --interval=SECONDS"
+run_rb 1 status --interval=1 "$rb_ctl"
+expect_err "--interval needs --watch"
+run_rb 1 status --watch --interval=0.01 "$rb_ctl"
+expect_err "at least 0\.05 s"
+run_rb 1 status --watch --interval=+1 "$rb_ctl"
 run_rb 1 mode "$rb_ctl"
 run_rb 1 mode writearound "$rb_ctl"
 expect_err "writeback or writethrough"
@@ -43,6 +53,16 @@ expect_err "unknown power event 'COMMBAD'"
 run_rb 1 sync --timeout=soon "$rb_ctl"
 run_rb 1 sync --timeout=-1 "$rb_ctl"
 run_rb 1 wait-populated --timeout= "$rb_ctl"
+# Numbers in one form only: digits, for seconds with a fraction.
+for v in -0 +5 ' 5' '5 ' 5s 0x5 0x1p3 1e3 inf nan 05 5. .5 '' -; do
+    run_rb 1 sync --timeout="$v" "$rb_ctl"
+    expect_err_text "'$v' is not a number of seconds (digits with an optional fraction, e.g. 30 or 0.5)"
+done
+run_rb 1 ups lowbatt --timeout=+1 "$rb_ctl"
+for v in 0 -3 +3 ' 3' 3x 0x3 03 3.0; do
+    run_rb 1 status --watch --count="$v" "$rb_ctl"
+    expect_err_text "'$v' is not a whole number of updates (1 or more, e.g. 10)"
+done
 # None of that changed anything.
 run_rb 0 status --json "$rb_ctl"
 expect_field "$TMP/out" mode writeback
@@ -88,6 +108,9 @@ else
 fi
 
 # 7: timed out.  The cap holds two chunks back for far longer.
+# --timeout=0 checks without waiting: there is dirty data.
+run_rb 7 sync --timeout=0 "$rb_ctl"
+expect_err "sync did not finish within 0\.0 s \(128\.0 KiB still dirty"
 run_rb 7 sync --timeout=0.5 "$rb_ctl"
 expect_err "sync did not finish within 0\.5 s \(128\.0 KiB still dirty"
 run_rb 7 ups lowbatt --timeout=0.2 "$rb_ctl"
@@ -129,6 +152,11 @@ run_rb 2 status "$rb_ctl"
 # 6: the plugin answers ERR.
 start_ramback lazy back="$TMP/lazy.img" size=1M populate=false
 cleanup_fn stop_nbdkit "$lazy_pid"
+# Nothing is dirty there: once a sync has run (the write back is idle
+# after it), sync --timeout=0 succeeds at once.
+run_rb 0 sync "$lazy_ctl"
+run_rb 0 sync --timeout=0 --json "$lazy_ctl"
+expect_field "$TMP/out" dirty_bytes 0
 run_rb 6 wait-populated --timeout=5 "$lazy_ctl"
 expect_err "\(EINVAL\)$"
 # A refused request must not keep nbdkit from stopping.

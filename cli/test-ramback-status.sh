@@ -82,6 +82,7 @@ expect_line '^time to drain: +([0-9.]+ s|[0-9]+m [0-9]+s|unknown.*)$'
 expect_line '^written back: +64\.0 KiB, [0-9]+ syncs?$'
 expect_line '^errors: +0 store, 0 sync$'
 expect_line '^uptime: '
+expect_line '^image: +loaded from the backing store$'
 if grep -q '^last error:' "$TMP/out"; then fail "a last error without errors"; fi
 
 # Prometheus: well-formed exposition format, HELP and TYPE for every

@@ -28,7 +28,7 @@ run_rb 7 wait-populated --timeout=0.5 "$w_ctl"
 expect_err () { grep -Eq "$1" "$TMP/err" || fail "stderr: $(cat "$TMP/err")"; }
 expect_err "wait-populated did not finish within 0\.5 s \([0-9.]+% in RAM"
 
-on_tty "$TMP/watch.log" "$RAMBACK" status --watch=0.5 --count=24 "$w_ctl"
+on_tty "$TMP/watch.log" "$RAMBACK" status --watch --interval=0.5 --count=24 "$w_ctl"
 /usr/bin/python3 - "$TMP/watch.log" <<'EOP'
 import re, sys
 text = open (sys.argv[1], encoding="utf-8", errors="replace", newline="").read ()
@@ -95,12 +95,12 @@ run_rb 0 sync "$w_ctl"
 if grep -q '\[' "$TMP/out"; then fail "a bar without a terminal"; fi
 
 # Not a terminal: one plain line per update, no escape sequences.
-run_rb 0 status --watch=0.2 --count=3 "$w_ctl"
+run_rb 0 status --watch --interval=0.2 --count=3 "$w_ctl"
 [ "$(wc -l < "$TMP/out")" -eq 3 ] || fail "--watch --count=3: not 3 lines"
 if grep -q $'\033' "$TMP/out"; then fail "escape sequences without a terminal"; fi
 grep -Evq '^[0-9]{2}:[0-9]{2}:[0-9]{2} writeback populate 100\.0% dirty [0-9.]+ [KMG]?i?B in-flight [0-9.]+ [KMG]?i?B flush [0-9.]+ [KMG]?i?B/s drain [0-9.]+ s errors 0$' "$TMP/out" &&
     fail "--watch lines: $(cat "$TMP/out")"
-run_rb 0 status --watch=0.2 --count=2 --json "$w_ctl"
+run_rb 0 status --watch --interval=0.2 --count=2 --json "$w_ctl"
 /usr/bin/python3 -c '
 import json, sys
 objs = [json.loads (l) for l in open (sys.argv[1])]
@@ -108,7 +108,7 @@ assert len (objs) == 2 and all (o["mode"] == "writeback" for o in objs), objs' "
 
 # --watch runs until a signal, then exits 0 ...
 rm -f "$TMP/watch.out"
-"$RAMBACK" status --watch=0.2 "$w_ctl" >"$TMP/watch.out" 2>"$TMP/err" &
+"$RAMBACK" status --watch --interval=0.2 "$w_ctl" >"$TMP/watch.out" 2>"$TMP/err" &
 watch_pid=$!
 for (( i=0; i<100; i++ )); do [ -s "$TMP/watch.out" ] && break; sleep 0.1; done
 kill -TERM $watch_pid
@@ -116,7 +116,7 @@ rc=0; wait $watch_pid || rc=$?
 [ "$rc" -eq 0 ] || fail "--watch after SIGTERM: exit status $rc"
 # ... or until the plugin goes away: exit status 4.
 rm -f "$TMP/watch.out"
-"$RAMBACK" status --watch=0.2 "$w_ctl" >"$TMP/watch.out" 2>"$TMP/err" &
+"$RAMBACK" status --watch --interval=0.2 "$w_ctl" >"$TMP/watch.out" 2>"$TMP/err" &
 watch_pid=$!
 for (( i=0; i<100; i++ )); do [ -s "$TMP/watch.out" ] && break; sleep 0.1; done
 kill -9 "$w_pid"

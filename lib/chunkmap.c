@@ -52,6 +52,54 @@ field_range (unsigned lo, unsigned hi)
   return m & LOW_BITS;
 }
 
+/* Fields past the last chunk are parked in CLEAN, so no search ever
+ * finds them as EMPTY or dirty.
+ */
+static void
+park_tail (struct chunkmap *cm)
+{
+  unsigned used = cm->nchunks % PER_WORD;
+
+  if (used) {
+    uint64_t *w = &cm->words[cm->nwords - 1];
+    uint64_t tail = ~(field_range (0, used) * 3);
+
+    *w = (*w & ~tail) | (pattern (CS_CLEAN) & tail);
+  }
+}
+
+static int
+init_common (struct chunkmap *cm, bool existing)
+{
+  uint64_t w;
+
+  park_tail (cm);
+  if (sumbits_init (&cm->dirty_hint, cm->nwords, false) == -1 ||
+      sumbits_init (&cm->empty_hint, cm->nwords, true) == -1) {
+    chunkmap_free (cm);
+    errno = ENOMEM;
+    return -1;
+  }
+  if (!existing)
+    return 0;
+  /* Rebuild the counters and the dirty hints (the empty hints start all
+   * set, and a search clears what is stale).
+   */
+  for (w = 0; w < cm->nwords; w++) {
+    uint64_t word = cm->words[w];
+    uint64_t d = fields_in (word, CS_ANY_DIRTY);
+
+    cm->loaded += PER_WORD - __builtin_popcountll (fields_equal (word,
+                                                                 CS_EMPTY));
+    cm->dirty += __builtin_popcountll (d);
+    if (d)
+      sumbits_set (&cm->dirty_hint, w);
+  }
+  /* The parked fields count as loaded above: take them off. */
+  cm->loaded -= cm->nwords * PER_WORD - cm->nchunks;
+  return 0;
+}
+
 int
 chunkmap_init (struct chunkmap *cm, uint64_t nchunks)
 {
@@ -63,25 +111,28 @@ chunkmap_init (struct chunkmap *cm, uint64_t nchunks)
     errno = ENOMEM;
     return -1;
   }
-  /* Fields past the last chunk are parked in CLEAN, so no search ever
-   * finds them as EMPTY or dirty.
-   */
-  if (nchunks % PER_WORD)
-    cm->words[cm->nwords - 1] =
-      pattern (CS_CLEAN) & ~field_range (0, nchunks % PER_WORD) & LOW_BITS;
-  if (sumbits_init (&cm->dirty_hint, cm->nwords, false) == -1 ||
-      sumbits_init (&cm->empty_hint, cm->nwords, true) == -1) {
-    chunkmap_free (cm);
-    errno = ENOMEM;
-    return -1;
-  }
-  return 0;
+  return init_common (cm, false);
+}
+
+int
+chunkmap_init_at (struct chunkmap *cm, uint64_t nchunks, uint64_t *words,
+                  bool existing)
+{
+  memset (cm, 0, sizeof *cm);
+  cm->nchunks = nchunks;
+  cm->nwords = (nchunks + PER_WORD - 1) / PER_WORD;
+  cm->words = words;
+  cm->words_external = true;
+  if (!existing)
+    memset (words, 0, cm->nwords * sizeof (uint64_t));
+  return init_common (cm, existing);
 }
 
 void
 chunkmap_free (struct chunkmap *cm)
 {
-  free (cm->words);
+  if (!cm->words_external)
+    free (cm->words);
   sumbits_free (&cm->dirty_hint);
   sumbits_free (&cm->empty_hint);
   memset (cm, 0, sizeof *cm);

@@ -55,9 +55,21 @@ struct chunkmap {
   struct sumbits empty_hint;     /* words that may hold EMPTY */
   uint64_t dirty;                /* DIRTY + ZERO chunks (atomic) */
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
+  bool words_external;           /* words belong to the caller */
 };
 
 extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
+
+/* The same, with the state words in the caller's memory (nwords =
+ * (nchunks + 31) / 32 of them), which outlives the map: a RAM image
+ * file keeps them, so the states survive a crash of the process.
+ * existing: the words hold a map from before (they are kept, and the
+ * counters and hints are rebuilt from them); else they are set to all
+ * EMPTY.  Either way the fields past the last chunk are parked in CLEAN.
+ * chunkmap_free() leaves the words alone.
+ */
+extern int chunkmap_init_at (struct chunkmap *cm, uint64_t nchunks,
+                             uint64_t *words, bool existing);
 extern void chunkmap_free (struct chunkmap *cm);
 
 extern enum chunk_state chunkmap_get (const struct chunkmap *cm, uint64_t c);

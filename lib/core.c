@@ -5,7 +5,10 @@
  * refuse to start with a clear message) and starts no threads.
  * rb_start() starts them after nbdkit has forked.  rb_close() is the
  * clean stop: populate stops, every dirty chunk is written back, the
- * store is synced, then everything is freed.
+ * store is synced, then everything is freed.  With a ram= file that
+ * holds an image left by an earlier ramback, rb_open() resumes it
+ * (resume.c): nothing is loaded that the image holds, and what may
+ * differ from the store is written back once the threads run.
  */
 
 #include <config.h>
@@ -110,14 +113,38 @@ rb_open (const struct rb_config *config)
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);
   rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
 
-  if (ramimage_open (&rb->ram, rb->size, rb->cfg.ram,
-                     rb->cfg.allow_overcommit) == -1)
-    goto fail;
-  if (chunkmap_init (&rb->map, rb->nchunks) == -1) {
+  {
+    /* The store is open (and locked): ram= is checked against it. */
+    struct ramimage_params rp = {
+      .size = rb->size,
+      .chunk_size = rb->chunk_size,
+      .path = rb->cfg.ram,
+      .overcommit = rb->cfg.allow_overcommit,
+      .back_uri = rb->cfg.store.uri,
+      .back_id = rb->store->id,
+      .resume = (enum ramimage_resume) rb->cfg.resume,
+    };
+    _Static_assert ((int) RB_RESUME_DISCARD == (int) RAMIMAGE_RESUME_DISCARD
+                    && (int) RB_RESUME_FORCE == (int) RAMIMAGE_RESUME_FORCE,
+                    "resume= values");
+    if (ramimage_open (&rb->ram, &rp) == -1)
+      goto fail;
+  }
+  /* With a ram= file the chunk states live in it (resume.c). */
+  if ((rb->ram.map_words
+       ? chunkmap_init_at (&rb->map, rb->nchunks, rb->ram.map_words,
+                           rb->ram.source != RAMIMAGE_POPULATED)
+       : chunkmap_init (&rb->map, rb->nchunks)) == -1) {
     rb_set_error (errno, "cannot allocate the chunk map for %" PRIu64
                   " chunks (use a larger chunk=)", rb->nchunks);
     goto fail;
   }
+  rb->nb = rb->ram.nb_words;
+  if (rb->ram.source != RAMIMAGE_POPULATED) {
+    rb_resume_map (rb);
+    rb_check_populated (rb);
+  }
+  ramimage_in_use (&rb->ram);
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;
@@ -184,9 +211,13 @@ rb_close (struct rb *rb)
     return 0;
   r = rb_shutdown (rb);
 
+  /* Everything reached the store and was synced: nothing is NB. */
+  if (r == 0 && rb->map.words)
+    rb_nb_clear_all (rb);
   if (rb->map.words)
     chunkmap_free (&rb->map);
-  ramimage_close (&rb->ram);
+  /* A ram= file is kept either way; clean says what it holds. */
+  ramimage_close (&rb->ram, r == 0);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);

@@ -17,7 +17,7 @@ rb_strerror (int errnum)
   return s ? s : "Unknown error";
 }
 
-static __thread char last_error[512];
+static __thread char last_error[2048];
 static __thread int last_errno;
 
 void
@@ -59,7 +59,7 @@ rb_set_log (rb_log_fn fn)
 static void
 emit (enum rb_log_level level, const char *fmt, va_list args)
 {
-  char msg[512];
+  char msg[2048];
   int saved_errno = errno;
 
   vsnprintf (msg, sizeof msg, fmt, args);

@@ -36,6 +36,10 @@
  * that succeeded started.  A sweep with any failure fails the tickets
  * it covers, so FLUSH keeps failing until one full sweep, writes and
  * sync, succeeds.
+ *
+ * Resume (resume.c): with a ram= file, step 3 is preceded by setting
+ * the chunks' NB bits ("may differ from the store"), and a good sync
+ * retires the NB bits of what it covered (rb_nb_retire).
  */
 
 #include <config.h>
@@ -55,6 +59,7 @@
 #define ZERO_RUN_BYTES (UINT64_C (1) << 30)
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
+#define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 struct run {
   uint64_t first, n;
@@ -170,6 +175,9 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t *written)
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
     unsigned from = runs[i].kind == CS_ZERO ? CS_BIT (CS_ZERO) : CS_ANY_DIRTY;
 
+    /* With resume: the chunk is "not durable" before it is CLEAN. */
+    if (rb->nb)
+      rb_nb_set (rb, runs[i].first, runs[i].n);
     runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
                                    from, CS_CLEAN, NULL);
     rb_atomic_add (&rb->inflight_chunks, runs[i].taken);
@@ -306,6 +314,29 @@ coalesce_locked (struct rb *rb, uint64_t target)
     ;
 }
 
+/* Ranges the store can no longer vouch for (store.h, take_suspects:
+ * an old remote write that may have landed late): dirty them again so
+ * that they are rewritten from RAM.  Returns true while the store may
+ * still hand over more; the flusher then looks again every
+ * SUSPECT_POLL_NS, and a clean stop waits for them.
+ */
+static bool
+redirty_suspects (struct rb *rb)
+{
+  struct rb_store_range r[16];
+  bool pending = false;
+  size_t i, n;
+
+  if (rb->store->ops->take_suspects == NULL)
+    return false;
+  do {
+    n = rb->store->ops->take_suspects (rb->store, r, 16, &pending);
+    for (i = 0; i < n; i++)
+      rb_redirty (rb, r[i].offset, r[i].count);
+  } while (n == 16);
+  return pending;
+}
+
 static void *
 flusher_main (void *arg)
 {
@@ -315,8 +346,10 @@ flusher_main (void *arg)
   for (;;) {
     struct sweep_stats ss = { 0, 0 };
     uint64_t target, gen, t;
+    bool suspects;
     int err;
 
+    suspects = redirty_suspects (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       target = rb->sync_requested;
@@ -372,6 +405,11 @@ flusher_main (void *arg)
     }
     backoff = BACKOFF_MIN_MS;
     if (!have_work_locked (rb, target)) {
+      if (suspects) {
+        rb_cond_wait_until (&rb->flusher_cond, &rb->lock,
+                            rb_now_ns () + SUSPECT_POLL_NS);
+        continue;
+      }
       if (rb->stopping)
         break;
       rb_atomic_store (&rb->flusher_idle, true);
@@ -537,6 +575,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
   }
   if (rb->store->ops->flush (rb->store) == 0) {
     rb_atomic_add (&rb->syncs, 1);
+    rb_nb_retire (rb, &snap);
     retire (rb, &snap);
     free (snap.v);
     return 0;

@@ -47,6 +47,10 @@ struct rb {
   struct ramimage ram;
   struct chunkmap map;
   struct rangelock rl;
+  uint64_t *nb;                 /* the NB bitmap in a ram= file (resume.c),
+                                   NULL: nothing survives us, no NB */
+  uint64_t resumed_chunks;      /* chunks taken from a resumed image */
+  uint64_t resumed_to_write;    /* of them, to write back at start */
 
   uint64_t size;
   uint32_t chunk_size;
@@ -96,6 +100,10 @@ struct rb {
    *     write in flight across a failure is re-dirtied instead.  A sync
    *     succeeds for a caller only if fail_gen still has the value the
    *     caller read before its writes: no failure came in between.
+   *   - A good sync retires NB bits (resume.c) under ranges it takes
+   *     while holding sync_lock: nobody who holds a range ever waits for
+   *     sync_lock (writethrough and the flusher sync after releasing
+   *     theirs), so sync_lock before a range is deadlock free.
    */
   rb_mutex sync_lock;
   struct rb_extents unsynced;   /* [lock] */
@@ -176,6 +184,16 @@ extern void rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
 extern int rb_sync_store (struct rb *rb, uint64_t gen);
 /* Put [offset, offset+count) back to dirty (a store or sync failed). */
 extern void rb_redirty (struct rb *rb, uint64_t offset, uint64_t count);
+
+/* resume.c (NULL rb->nb: all of these do nothing) */
+/* Set NB on chunks [c, c+n), ordered before the caller's next step. */
+extern void rb_nb_set (struct rb *rb, uint64_t c, uint64_t n);
+/* After a successful sync of 'synced': clear NB where it is safe. */
+extern void rb_nb_retire (struct rb *rb, const struct rb_extents *synced);
+/* A clean stop: everything is synced. */
+extern void rb_nb_clear_all (struct rb *rb);
+/* At open, for a resumed map: what may differ from the store is dirty. */
+extern void rb_resume_map (struct rb *rb);
 
 /* io.c */
 extern void rb_throttle (struct rb *rb);

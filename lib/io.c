@@ -7,7 +7,10 @@
  *    No lock: copy to or from RAM, then (writes) move the chunks to
  *    DIRTY.  The order matters: data first, state second, so the
  *    flusher, which clears the state before it captures the data, either
- *    sees the new data or sees the chunk dirty again afterwards.
+ *    sees the new data or sees the chunk dirty again afterwards.  When
+ *    the map lives in a ram= file (resume.c), the chunks are also moved
+ *    to DIRTY *before* the copy, so a crash in the middle of it finds
+ *    them dirty; the move after the copy stays (the flusher race).
  *
  *  - Slow path: some chunk is still EMPTY (populate has not reached it).
  *    Take a range over the chunks, load what the request needs ahead of
@@ -116,25 +119,27 @@ apply (struct rb *rb, const struct req *r)
     ramimage_zero (&rb->ram, r->offset, r->count);
 }
 
-/* After RAM changed: mark the touched chunks dirty.  A zero makes the
- * fully covered chunks ZERO; a partial zero leaves a ZERO chunk ZERO.
+/* Mark the touched chunks dirty.  A zero makes the fully covered
+ * chunks ZERO; a partial zero leaves a ZERO chunk ZERO.  'empty' is
+ * CS_BIT (CS_EMPTY) after RAM changed (fully covered chunks that were
+ * never loaded now hold the data), 0 before.
  */
-static void
-mark_dirty (struct rb *rb, const struct req *r)
+static uint64_t
+move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 {
   uint64_t f, l, n = r->c1 - r->c0 + 1;
   uint64_t moved;
 
   if (r->op == OP_WRITE)
     moved = chunkmap_move (&rb->map, r->c0, n,
-                           CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN) |
-                           CS_BIT (CS_ZERO), CS_DIRTY, NULL);
+                           empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_ZERO),
+                           CS_DIRTY, NULL);
   else {
     moved = 0;
     if (full_chunks (rb, r, &f, &l))
       moved += chunkmap_move (&rb->map, f, l - f + 1,
-                              CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN) |
-                              CS_BIT (CS_DIRTY), CS_ZERO, NULL);
+                              empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_DIRTY),
+                              CS_ZERO, NULL);
     if (partial (rb, r, r->c0))
       moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
@@ -142,8 +147,27 @@ mark_dirty (struct rb *rb, const struct req *r)
       moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
   }
-  if (moved)
+  return moved;
+}
+
+/* After RAM changed.  premoved: what premark_dirty() moved (the
+ * flusher is kicked if either moved a chunk).
+ */
+static void
+mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
+{
+  if (move_dirty (rb, r, CS_BIT (CS_EMPTY)) + premoved)
     rb_flusher_kick (rb);
+}
+
+/* Before RAM changes, if the map outlives us (resume.c): a crash in the
+ * middle of the copy must find the chunks dirty.  EMPTY chunks stay
+ * EMPTY until the copy is complete (a resume loads them again).
+ */
+static uint64_t
+premark_dirty (struct rb *rb, const struct req *r)
+{
+  return rb->nb ? move_dirty (rb, r, 0) : 0;
 }
 
 /* Writers wait while dirty + in-flight + unsynced data is over the
@@ -195,6 +219,11 @@ writethrough (struct rb *rb, const struct req *r)
     rangelock_release (&rb->rl, &node);
     return -1;
   }
+  /* The map may say CLEAN (a writethrough leaves it so): NB says that
+   * RAM may differ from the store until a sync (resume.c).
+   */
+  if (rb->nb)
+    rb_nb_set (rb, r->c0, r->c1 - r->c0 + 1);
   apply (rb, r);
   /* A ZERO chunk that now holds data must not be written back as a
    * hole later: it is plain dirty now (still under our range, so the
@@ -242,7 +271,7 @@ static int
 slow_path (struct rb *rb, const struct req *r)
 {
   struct rl_node node;
-  uint64_t start, end;
+  uint64_t start, end, pre;
 
   range_of (rb, r->c0, r->c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
@@ -250,8 +279,9 @@ slow_path (struct rb *rb, const struct req *r)
     rangelock_release (&rb->rl, &node);
     return -1;
   }
+  pre = premark_dirty (rb, r);
   apply (rb, r);
-  mark_dirty (rb, r);
+  mark_dirty (rb, r, pre);
   rangelock_release (&rb->rl, &node);
   rb_check_populated (rb);
   return 0;
@@ -260,6 +290,8 @@ slow_path (struct rb *rb, const struct req *r)
 static int
 do_write (struct rb *rb, const struct req *r)
 {
+  uint64_t pre;
+
   if (rb_tracing (rb))
     rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
             r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
@@ -281,8 +313,9 @@ do_write (struct rb *rb, const struct req *r)
   rb_throttle (rb);
   if (!loaded (rb, r->c0, r->c1))
     return slow_path (rb, r);
+  pre = premark_dirty (rb, r);
   apply (rb, r);
-  mark_dirty (rb, r);
+  mark_dirty (rb, r, pre);
   return 0;
 }
 

@@ -28,6 +28,17 @@ enum rb_mode {
   RB_MODE_WRITETHROUGH = 1,   /* writes reach the backing store first */
 };
 
+/* resume=: what to do with a RAM image file (ram=) left by an earlier
+ * ramback (ramimage.h).
+ */
+enum rb_resume {
+  RB_RESUME_AUTO = 0,         /* resume if it matches, else refuse */
+  RB_RESUME_DISCARD = 1,      /* throw it away, populate from the store */
+  RB_RESUME_FORCE = 2,        /* resume even if the store's identity
+                                 check fails (the image is written back
+                                 over the store in full) */
+};
+
 struct rb_config {
   struct rb_store_params store;
   const char *ram;            /* file on tmpfs/hugetlbfs, NULL: anonymous */
@@ -41,6 +52,7 @@ struct rb_config {
   unsigned ups_window;        /* seconds, 0: off */
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
+  enum rb_resume resume;
   /* Embedders and tests: use this already open store instead of opening
    * store.uri (rb_close() closes it).
    */
@@ -148,6 +160,10 @@ struct rb_stats {
   enum rb_store_state store_state;
   int store_connections;
   double uptime;              /* seconds since rb_start */
+  const char *image_source;   /* "populated", "resumed-clean",
+                                 "resumed-crash" */
+  uint64_t resumed_chunks;    /* chunks taken from a resumed image */
+  uint64_t resumed_chunks_to_write;  /* of them, written back at start */
 };
 
 extern void rb_get_stats (struct rb *rb, struct rb_stats *st);

@@ -54,6 +54,11 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   if (st->store_state == RB_STORE_OK && rb_atomic_load (&rb->store_failing))
     st->store_state = RB_STORE_FAILING;
   st->store_connections = rb->store->connections;
+  st->image_source = rb->ram.source == RAMIMAGE_RESUMED_CLEAN
+    ? "resumed-clean" : rb->ram.source == RAMIMAGE_RESUMED_CRASH
+    ? "resumed-crash" : "populated";
+  st->resumed_chunks = rb->resumed_chunks;
+  st->resumed_chunks_to_write = rb->resumed_to_write;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     st->unsynced_bytes = rb->unsynced.bytes;
@@ -143,6 +148,47 @@ put_json_string (struct out *o, const char *s)
   put (o, "\"");
 }
 
+/* Text strings: the text form is one line per field, so a string must
+ * not hold a newline (a path ending in "\nOK" would end the reply
+ * early).  Backslash, control characters and DEL are escaped as \\,
+ * \n, \r, \t and \xHH (docs/ramback-control.pod); the rest is as is.
+ */
+static void
+put_text_string (struct out *o, const char *s, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    unsigned char c = s[i];
+    switch (c) {
+    case '\\': put (o, "\\\\"); break;
+    case '\n': put (o, "\\n"); break;
+    case '\r': put (o, "\\r"); break;
+    case '\t': put (o, "\\t"); break;
+    default:
+      if (c < 0x20 || c == 0x7f)
+        put (o, "\\x%02x", c);
+      else
+        put (o, "%c", c);
+    }
+  }
+}
+
+/* Exposed for control.c (the store's fields in the text status).  Like
+ * snprintf: returns the length the whole text needs.
+ */
+int rb_text_escape (char *buf, size_t len, const char *s, size_t n);
+int
+rb_text_escape (char *buf, size_t len, const char *s, size_t n)
+{
+  struct out o = { buf, len, 0 };
+
+  if (len > 0)
+    buf[0] = '\0';
+  put_text_string (&o, s, n);
+  return (int) o.pos;
+}
+
 enum kind { K_U64, K_BOOL, K_STR, K_DBL };
 
 struct field {
@@ -198,6 +244,10 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
     { "last_errno", K_STR, .s = errno_name (st->last_errno) },
     { "last_error", K_STR, .s = st->last_error },
     { "uptime", K_DBL, .d = st->uptime },
+    { "image_source", K_STR, .s = st->image_source ? st->image_source
+                                                   : "populated" },
+    { "resumed_chunks", K_U64, .u = st->resumed_chunks },
+    { "resumed_chunks_to_write", K_U64, .u = st->resumed_chunks_to_write },
   };
   struct out o = { buf, len, 0 };
   size_t i;
@@ -219,7 +269,10 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
       switch (f[i].kind) {
       case K_U64: put (&o, "%" PRIu64 "\n", f[i].u); break;
       case K_BOOL: put (&o, "%s\n", f[i].b ? "true" : "false"); break;
-      case K_STR: put (&o, "%s\n", f[i].s); break;
+      case K_STR:
+        put_text_string (&o, f[i].s, strlen (f[i].s));
+        put (&o, "\n");
+        break;
       case K_DBL: put (&o, "%.3f\n", f[i].d); break;
       }
     }

@@ -4,6 +4,11 @@
  * Requests run synchronously on the calling thread; the core keeps large
  * sequential requests in a batch, which is what a disk wants.  pread and
  * pwrite are safe from many threads on one fd.
+ *
+ * One writer per store: a regular file is locked (exclusive.h) and a
+ * block device opened with O_EXCL for as long as it is open, so a second
+ * ramback, or a program that locks or mounts it, cannot write to it
+ * behind our back; the refusal names who holds it.
  */
 
 #include <config.h>
@@ -24,6 +29,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "exclusive.h"
 #include "store.h"
 
 struct file_store {
@@ -254,6 +260,77 @@ open_fd (struct file_store *f, const struct rb_store_params *p)
   return 0;
 }
 
+/* Make this the only writer: lock a file, open a block device again
+ * with O_EXCL.  Fills in s->id.
+ */
+static int
+claim (struct rb_store *s, struct file_store *f,
+       const struct rb_store_params *p)
+{
+  char who[512];
+  struct stat st;
+
+  if (fstat (f->fd, &st) == -1) {
+    rb_set_error (errno, "back=%s: fstat", p->uri);
+    return -1;
+  }
+  if (S_ISBLK (st.st_mode)) {
+    int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_EXCL;
+    int fd = open (p->uri, flags);
+    struct stat st2;
+
+    if (fd == -1 && errno == EBUSY) {
+      rb_describe_device_users (st.st_rdev, who, sizeof who);
+      rb_set_error (EBUSY, "back=%s is in use (%s): ramback must be the "
+                    "only user of a backing device, or it would overwrite a "
+                    "mounted file system or another writer's data; unmount "
+                    "it or stop the other user first", p->uri,
+                    who[0] ? who : "mounted, part of a device mapper or "
+                    "RAID device, or opened exclusively by another program");
+      return -1;
+    }
+    if (fd == -1) {
+      rb_set_error (errno, "back=%s: open with O_EXCL", p->uri);
+      return -1;
+    }
+    if (fstat (fd, &st2) == -1 || !S_ISBLK (st2.st_mode) ||
+        st2.st_rdev != st.st_rdev) {
+      close (fd);
+      rb_set_error (EAGAIN, "back=%s changed while it was being opened",
+                    p->uri);
+      return -1;
+    }
+    close (f->fd);
+    f->fd = fd;
+    s->id.kind = RB_STORE_BLOCK;
+    s->id.dev = st.st_rdev;
+    return 0;
+  }
+  if (S_ISREG (st.st_mode)) {
+    switch (rb_lock_file (f->fd, !p->read_only)) {
+    case 0:
+      break;
+    case 1:
+      rb_describe_lock_holders (f->fd, who, sizeof who);
+      rb_set_error (EBUSY, "back=%s is in use by %s, which holds a lock on "
+                    "it: another ramback, or another program such as "
+                    "qemu, is using this backing store, and two writers "
+                    "would corrupt it; stop the other one first, or give "
+                    "a different back=", p->uri, who);
+      return -1;
+    default:
+      /* Some network file systems have no locks: serve, but say so. */
+      rb_warn ("back=%s: cannot lock it (%s): nothing stops a second "
+               "writer", p->uri, rb_strerror (errno));
+      break;
+    }
+    s->id.kind = RB_STORE_FILE;
+    s->id.dev = st.st_dev;
+    s->id.ino = st.st_ino;
+  }
+  return 0;
+}
+
 static int
 get_size (struct rb_store *s, struct file_store *f,
           const struct rb_store_params *p)
@@ -337,7 +414,8 @@ rb_store_file_open (const struct rb_store_params *p)
     file_close (s);
     return NULL;
   }
-  if (open_fd (f, p) == -1 || get_size (s, f, p) == -1) {
+  if (open_fd (f, p) == -1 || claim (s, f, p) == -1 ||
+      get_size (s, f, p) == -1) {
     int e = errno;
     file_close (s);
     errno = e;

@@ -31,11 +31,18 @@
  * whatever happens to the connection, every caller is woken exactly
  * once with 0 or an errno.
  *
- * Connection loss.  When a handle dies (server killed, connection
- * reset, or REQUEST_TIMEOUT_NS without socket activity while requests
- * are in flight) its in-flight pieces fail
- * with EIO, the connection goes down, and the store is OFFLINE once no
- * connection is up.  Nothing here retries a failed write: the core
+ * Slow is not lost.  A connection is dropped only when it is really
+ * gone: the server closed it or reset it, or (TCP) keepalive probes or
+ * unacknowledged data went unanswered for about KEEPALIVE_S seconds,
+ * which a live server's kernel always answers.  A server that is merely
+ * slow to reply is waited for, however long (status shows the age of
+ * the oldest request in flight), unless request-timeout= says to give
+ * up after that many seconds without any socket activity.
+ *
+ * Connection loss.  When a connection is lost (or given up) its
+ * in-flight pieces fail with EIO, the connection goes down, and the
+ * store is OFFLINE once no connection is up.  Nothing here retries a
+ * failed write: the core
  * keeps the data dirty and retries with its own backoff.  A down
  * connection reconnects when work arrives for it and an attempt is due
  * (first attempt at once, then exponential backoff up to BACKOFF_MAX),
@@ -45,18 +52,47 @@
  * with EIO instead of waiting.  When one connection comes back the
  * others are told to reconnect at once.
  *
+ * Writes of a lost connection.  A write in flight when its connection
+ * is lost has an unknown outcome: the server may have done it, not
+ * done it, or (a server thread that is slow) still be doing it, and
+ * then it lands later, over whatever was written since on another
+ * connection.  The core rewrites a failed write at once; that is not
+ * enough when the old one lands after the rewrite.  So the ranges of
+ * such writes are kept as "suspect", per lost connection, until the
+ * old requests can no longer be executing, and are then handed to the
+ * core (take_suspects) to be written once more.  What the store can
+ * know about "no longer executing": it keeps a duplicate of every
+ * connection's socket, so that after the loss it can shut down its own
+ * side (the server reads end-of-file; on a connection given up by
+ * request-timeout= an NBD_CMD_DISC is sent first) and watch for the
+ * server to close the other side.  nbdkit closes a client's socket only
+ * after the requests it was executing for it have finished, so for
+ * nbdkit that moment is exact.  qemu-nbd shuts the socket down at once
+ * and lets requests already in its block layer finish afterwards, and
+ * nbdkit shutting down (SIGTERM) does the same: there a write can still
+ * land after the close, and no NBD client can see that; a proxy between
+ * ramback and the server hides it too.  When the end cannot be watched
+ * at all (the socket failed with a network error such as a keepalive
+ * timeout, or the duplicate could not be made), the ranges are handed
+ * over when the connection is next re-established.
+ *
  * Durability.  NBD FLUSH covers the writes completed on the connection
  * it is sent on (on all connections if the server advertises
  * multi-conn), so flush() sends one FLUSH on every connection that is
- * up, in parallel.  A connection that dies with acknowledged but
- * unflushed writes may have lost them in the server's cache, so the
- * next flush() fails with EIO; the core then writes everything since
- * the last good sync again.
+ * up, in parallel, each tagged with the handle it was meant for
+ * (epoch): a connection lost and re-established before its FLUSH was
+ * sent fails that FLUSH instead of sending it on the new handle, where
+ * it would cover nothing of the old one.  A connection that dies with
+ * acknowledged but unflushed writes may have lost them in the server's
+ * cache: every flush() that began before some flush() has reported that
+ * loss (by returning EIO) fails with EIO too, and the core then writes
+ * everything since the last good sync again.
  */
 
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -64,6 +100,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <libnbd.h>
 
@@ -84,7 +123,16 @@
 #define OPEN_CONNECT_TIMEOUT_MS 15000
 #define CONNECT_TIMEOUT_MS 5000
 #define DISCONNECT_TIMEOUT_MS 1000
-#define REQUEST_TIMEOUT_NS (30 * UINT64_C (1000000000))
+/* TCP keepalive: a peer that answers nothing for about KEEPALIVE_S
+ * seconds (a probe after IDLE s of silence, then every INTVL s, CNT
+ * times; the same bound for data never acknowledged) is gone.
+ */
+#define KEEPALIVE_IDLE_S 10
+#define KEEPALIVE_INTVL_S 5
+#define KEEPALIVE_CNT 6
+#define KEEPALIVE_S (KEEPALIVE_IDLE_S + KEEPALIVE_INTVL_S * KEEPALIVE_CNT)
+#define MAX_DRAINS 16               /* lost connections watched per conn */
+#define DRAIN_BUF 16384
 #define BACKOFF_MIN_NS (50 * UINT64_C (1000000))
 #define BACKOFF_MAX_NS (5 * UINT64_C (1000000000))
 
@@ -124,13 +172,43 @@ struct piece {
   uint64_t offset;
   struct extents *ext;
   bool urgent;
+  uint64_t epoch;             /* FLUSH: the handle it is for, 0: any */
   /* Owned by the connection's thread once dequeued. */
   bool issued;                /* counted in conn->inflight */
   bool issuing;               /* inside the nbd_aio_* call */
+  bool sent;                  /* handed to libnbd: may reach the server */
   bool completed;             /* completion callback ran */
   bool freed;                 /* .free ran */
   int err;
   uint64_t gen;               /* FLUSH: conn->write_gen when issued */
+  /* In flight (store lock): the connection's list, oldest first. */
+  struct piece *iprev, *inext;
+  uint64_t issued_ns;
+};
+
+/* Ranges of the store whose last write has an unknown outcome.  If one
+ * cannot be remembered on its own (no memory), the catch-all 'wide'
+ * range grows to cover it: writing too much again is safe, forgetting
+ * is not.
+ */
+struct ranges {
+  struct rb_store_range *v;
+  size_t len, cap;
+  uint64_t bytes;
+  bool wide;
+  uint64_t wide_lo, wide_hi;
+};
+
+/* A lost connection whose server may still be executing writes of it.
+ * Created and freed by its connection's thread; the list and the
+ * ranges are changed under the store lock (status reads them).
+ */
+struct drain {
+  struct drain *next;
+  int fd;                     /* our duplicate of its socket, -1: none */
+  bool unknown;               /* its end cannot be seen: hand the ranges
+                                 over at the next reconnect */
+  struct ranges r;
 };
 
 struct nbd_store;
@@ -140,9 +218,11 @@ struct conn {
   int idx;
   /* Only the connection's thread touches the handle once threads run. */
   struct nbd_handle *nbd;
+  int sockdup;                /* duplicate of the handle's socket, -1 */
   int wakefd;                 /* eventfd: queue changed or quit */
   rb_thread thread;
-  uint64_t last_progress_ns;  /* watchdog, connection thread only */
+  uint64_t last_progress_ns;  /* request-timeout=, connection thread */
+  bool drains_full_logged;    /* connection thread */
   /* Writes completed on this connection, and how many of them the last
    * successful FLUSH covered (connection thread only).
    */
@@ -150,7 +230,13 @@ struct conn {
   uint64_t flushed_gen;
   /* Protected by the store lock. */
   bool up;
+  uint64_t epoch;             /* of the current handle, unique per store */
   bool want_reconnect;        /* a sibling is back: try now */
+  struct piece *if_head, *if_tail; /* in flight, oldest first */
+  struct ranges susp;         /* writes of the current handle without
+                                 a reply when they ended */
+  struct drain *drains;       /* lost handles not known to be over */
+  unsigned ndrains;
   uint64_t failures;          /* reconnect attempts failed in a row */
   struct piece *u_head, *u_tail;   /* urgent queue */
   struct piece *q_head, *q_tail;   /* bulk queue */
@@ -177,6 +263,7 @@ struct nbd_store {
 
   int nconns;
   unsigned max_inflight;
+  uint64_t request_timeout_ns;  /* 0: never give up on a live connection */
   struct conn conns[MAX_CONNECTIONS];
 
   rb_mutex lock;              /* protects everything below and the queues */
@@ -184,7 +271,13 @@ struct nbd_store {
   pid_t threads_pid;
   bool quit;
   bool failing;               /* the last piece failed with a server error */
-  bool lost_unflushed;        /* a connection died with unflushed writes */
+  /* Connections lost with acknowledged but unflushed writes, and how
+   * many of those losses a flush() has reported by returning EIO.  A
+   * flush() that begins while losses > losses_reported fails.
+   */
+  uint64_t losses, losses_reported;
+  uint64_t epochs;            /* last handle epoch given out */
+  struct ranges ready;        /* suspects handed to the core next */
   uint64_t next_attempt_ns;   /* when a reconnect may next be tried */
   uint64_t backoff_ns;
   uint64_t reconnects;
@@ -249,10 +342,64 @@ wake (struct conn *c)
     rb_log ("nbd: eventfd write: %m (ignored)");
 }
 
+static void
+ranges_add (struct ranges *r, uint64_t offset, uint64_t count)
+{
+  struct rb_store_range *last = r->len ? &r->v[r->len - 1] : NULL;
+
+  r->bytes += count;
+  if (last && last->offset + last->count == offset) {
+    last->count += count;
+    return;
+  }
+  if (r->len == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 16;
+    struct rb_store_range *v = realloc (r->v, cap * sizeof *v);
+
+    if (v == NULL) {
+      if (!r->wide) {
+        r->wide = true;
+        r->wide_lo = offset;
+        r->wide_hi = offset + count;
+      }
+      r->wide_lo = RB_MIN (r->wide_lo, offset);
+      r->wide_hi = RB_MAX (r->wide_hi, offset + count);
+      return;
+    }
+    r->v = v;
+    r->cap = cap;
+  }
+  r->v[r->len++] = (struct rb_store_range) { offset, count };
+}
+
+/* Append all of 'from' to 'to' and empty 'from'. */
+static void
+ranges_move (struct ranges *to, struct ranges *from)
+{
+  size_t i;
+
+  for (i = 0; i < from->len; i++)
+    ranges_add (to, from->v[i].offset, from->v[i].count);
+  if (from->wide)
+    ranges_add (to, from->wide_lo, from->wide_hi - from->wide_lo);
+  free (from->v);
+  memset (from, 0, sizeof *from);
+}
+
+static bool
+ranges_empty (const struct ranges *r)
+{
+  return r->len == 0 && !r->wide;
+}
+
 /* Errors that mean "the connection is gone" are reported as EIO: it is
  * what an NBD client can be told (nbdkit turns unknown errnos into
  * EINVAL) and what the documentation promises for unloaded chunks.
+ * The cause is replaced unless it already says more than
+ * server_error.
  */
+static const char server_error[] = "the server replied with an error";
+
 static int
 map_errno (int err, const char **cause)
 {
@@ -263,11 +410,23 @@ map_errno (int err, const char **cause)
   case ESHUTDOWN:
   case ECONNRESET:
   case EPIPE:
-    *cause = "connection to the server lost";
+    if (*cause == NULL || *cause == server_error)
+      *cause = "connection to the server lost";
     return EIO;
   default:
     return err;
   }
+}
+
+/* A write whose outcome is unknown: sent (as far as we can tell), and
+ * no reply from the server (libnbd aborts commands of a dead handle
+ * with ENOTCONN, which no server reply maps to).
+ */
+static bool
+outcome_unknown (const struct piece *p)
+{
+  return (p->op == P_WRITE || p->op == P_ZERO) && p->sent &&
+    (!p->completed || p->err == ENOTCONN);
 }
 
 /* Finish one piece: tell its batch, account for it.  Runs on the
@@ -282,9 +441,24 @@ finalize (struct piece *p, const char *cause)
 
   if (st) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+    struct conn *c = p->conn;
+
     if (p->issued) {
-      p->conn->inflight--;
+      c->inflight--;
       st->inflight_now--;
+      if (p->iprev)
+        p->iprev->inext = p->inext;
+      else
+        c->if_head = p->inext;
+      if (p->inext)
+        p->inext->iprev = p->iprev;
+      else
+        c->if_tail = p->iprev;
+      /* Remembered before the caller learns of the failure (and may
+       * write the range again elsewhere).
+       */
+      if (outcome_unknown (p))
+        ranges_add (&c->susp, p->offset, p->count);
     }
     /* A server error makes the store "failing"; a lost connection is
      * shown as offline instead, by update_state.  Only a write or flush
@@ -348,7 +522,7 @@ piece_free (void *vp)
     finalize (p, "connection to the server lost");
   }
   else
-    finalize (p, p->err ? "the server replied with an error" : NULL);
+    finalize (p, p->err ? server_error : NULL);
 }
 
 /* base:allocation extents.  "Hole" for ramback means "reads as zeroes"
@@ -418,7 +592,16 @@ issue (struct conn *c, struct piece *p)
   };
   int64_t cookie = -1;
 
+  /* Died under an earlier piece of this round: this one never goes
+   * out (conn_lost follows).
+   */
+  if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h)) {
+    p->err = ENOTCONN;
+    finalize (p, "connection to the server lost");
+    return;
+  }
   p->issuing = true;
+  p->sent = true;
   switch (p->op) {
   case P_READ:
     cookie = nbd_aio_pread (h, p->buf, p->count, p->offset, cb, 0);
@@ -451,6 +634,11 @@ issue (struct conn *c, struct piece *p)
     /* .free has run already; nobody else will finalize it. */
     char cause[160];
 
+    /* Refused by a live handle: it never went out.  If the handle died
+     * in the call, part of it may have.
+     */
+    if (!nbd_aio_is_dead (h) && !nbd_aio_is_closed (h))
+      p->sent = false;
     p->err = nbd_get_errno () ? nbd_get_errno () : EIO;
     nbd_reason (cause, sizeof cause, p->err);
     finalize (p, cause);
@@ -467,6 +655,7 @@ dequeue (struct conn *c, bool for_issue)
 {
   struct nbd_store *st = c->st;
   struct piece *list = NULL, **tail = &list, *p;
+  uint64_t now = for_issue ? rb_now_ns () : 0;
 
   while ((p = c->u_head) != NULL ||
          ((p = c->q_head) != NULL &&
@@ -487,8 +676,16 @@ dequeue (struct conn *c, bool for_issue)
     c->queued--;
     if (for_issue) {
       p->issued = true;
+      p->issued_ns = now;
+      p->inext = NULL;
+      p->iprev = c->if_tail;
+      if (c->if_tail)
+        c->if_tail->inext = p;
+      else
+        c->if_head = p;
+      c->if_tail = p;
       if (c->inflight++ == 0)
-        c->last_progress_ns = rb_now_ns ();
+        c->last_progress_ns = now;
       st->requests++;
       if (++st->inflight_now > st->inflight_max)
         st->inflight_max = st->inflight_now;
@@ -609,6 +806,70 @@ check_same_export (struct nbd_store *st, struct nbd_handle *h,
   return 0;
 }
 
+/* The socket under a new handle.  TCP: keepalive and a user timeout,
+ * so that a peer that is really gone (host down, link cut) is noticed
+ * within about KEEPALIVE_S seconds even while we only wait for replies,
+ * whereas a live server that is merely slow answers the probes and is
+ * waited for.  Returns a duplicate of the socket (see "Writes of a lost
+ * connection" at the top), or -1 if none could be made.
+ */
+static int
+sock_setup (struct nbd_store *st, struct nbd_handle *h)
+{
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int fd = nbd_aio_get_fd (h), dfd;
+
+  if (fd == -1) {
+    rb_log ("nbd: %s: no socket to watch: %s", st->uri, nbd_get_error ());
+    return -1;
+  }
+  if (getsockname (fd, (struct sockaddr *) &ss, &len) == 0 &&
+      (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)) {
+    int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S;
+    int cnt = KEEPALIVE_CNT;
+    unsigned user_ms = KEEPALIVE_S * 1000;
+
+    if (setsockopt (fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == -1 ||
+        setsockopt (fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) == -1 ||
+        setsockopt (fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl,
+                    sizeof intvl) == -1 ||
+        setsockopt (fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) == -1 ||
+        setsockopt (fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms,
+                    sizeof user_ms) == -1)
+      rb_log ("nbd: %s: TCP keepalive: %s (ignored)", st->uri,
+              rb_strerror (errno));
+  }
+  dfd = fcntl (fd, F_DUPFD_CLOEXEC, 3);
+  if (dfd == -1)
+    rb_log ("nbd: %s: duplicating the socket: %s (the end of a lost "
+            "connection cannot be watched)", st->uri, rb_strerror (errno));
+  return dfd;
+}
+
+/* Hand a drain's ranges to the core (through take_suspects) and forget
+ * it.  Store lock held; connection thread.
+ */
+static void
+drain_release (struct conn *c, struct drain *d, const char *how)
+{
+  struct nbd_store *st = c->st;
+  struct drain **pp;
+
+  for (pp = &c->drains; *pp != d; pp = &(*pp)->next)
+    ;
+  *pp = d->next;
+  c->ndrains--;
+  c->drains_full_logged = false;
+  rb_log ("nbd: connection %d to %s: %s; %" PRIu64 " bytes whose writes "
+          "had no reply will be written again", c->idx, st->uri, how,
+          d->r.bytes);
+  ranges_move (&st->ready, &d->r);
+  if (d->fd >= 0)
+    close (d->fd);
+  free (d);
+}
+
 /* Connection thread: bring the connection back. */
 static void
 reconnect (struct conn *c)
@@ -616,13 +877,19 @@ reconnect (struct conn *c)
   struct nbd_store *st = c->st;
   char why[200];
   struct nbd_handle *h;
-  int i;
+  struct drain *d, *next;
+  int i, dfd = -1;
 
   h = connect_one (st, c->idx, CONNECT_TIMEOUT_MS, why, sizeof why);
   if (h && check_same_export (st, h, why, sizeof why) == -1) {
     nbd_close (h);
     h = NULL;
   }
+  /* libnbd takes the handle's lock: never under ours (finalize takes
+   * ours from libnbd's callbacks).
+   */
+  if (h)
+    dfd = sock_setup (st, h);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
   if (h == NULL) {
@@ -644,6 +911,8 @@ reconnect (struct conn *c)
     return;
   }
   c->nbd = h;
+  c->sockdup = dfd;
+  c->epoch = ++st->epochs;
   c->up = true;
   c->failures = 0;
   st->reconnects++;
@@ -658,28 +927,97 @@ reconnect (struct conn *c)
     }
   rb_log ("nbd: connection %d to %s is back (%d of %d up)",
           c->idx, st->uri, count_up (st), st->nconns);
+  /* Lost connections whose end could not be watched: the server is
+   * reachable again, which is all we will ever know.
+   */
+  for (d = c->drains; d; d = next) {
+    next = d->next;
+    if (d->unknown)
+      drain_release (c, d, "reconnected (the end of the old connection "
+                     "could not be seen)");
+  }
 }
 
-/* Connection thread: the handle died (or hung).  Closing it runs .free
- * for every command still in flight, which fails those pieces.
+/* Errors after which the socket says nothing more about the server:
+ * the network is gone, the server may still be running our requests.
+ */
+static bool
+end_unknowable (int err)
+{
+  switch (err) {
+  case ETIMEDOUT:
+  case EHOSTUNREACH:
+  case ENETUNREACH:
+  case EHOSTDOWN:
+  case ENETDOWN:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Connection thread: the handle died, or we give up on it (give_up:
+ * request-timeout=).  Closing it runs .free for every command still in
+ * flight, which fails those pieces and notes the writes among them as
+ * suspect (finalize); they move to a drain that watches for the server
+ * to close its end.
  */
 static void
-conn_lost (struct conn *c, const char *why)
+conn_lost (struct conn *c, const char *why, bool give_up)
 {
   struct nbd_store *st = c->st;
   struct nbd_handle *h = c->nbd;
+  int err = give_up ? 0 : nbd_get_errno ();
+  int fd = c->sockdup;
+  struct drain *d = NULL;
+  uint64_t bytes = 0;
 
+  /* Before anything changes: tests/test-store-nbd.c acts on this line
+   * to queue work on a connection that is dead but still counted up.
+   */
   rb_log ("nbd: connection %d to %s lost: %s", c->idx, st->uri, why);
+  /* A connection given up is alive: ask the server to end it (it then
+   * finishes what it is executing and closes).
+   */
+  if (give_up && !nbd_aio_is_dead (h) && !nbd_aio_is_closed (h) &&
+      nbd_aio_disconnect (h, 0) == -1)
+    rb_log ("nbd: connection %d: disconnect: %s", c->idx, nbd_get_error ());
+  c->nbd = NULL;
+  c->sockdup = -1;
+  nbd_close (h);
+  /* Our side is done: the server reads end-of-file. */
+  if (fd >= 0)
+    shutdown (fd, SHUT_WR);
+
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
     c->up = false;
     st->disconnects++;
     /* Writes acknowledged but not flushed may have died with the
-     * server (its cache): the next flush() must say so.
+     * server (its cache): flushes must say so.
      */
     if (c->write_gen > c->flushed_gen)
-      st->lost_unflushed = true;
+      st->losses++;
     c->write_gen = c->flushed_gen = 0;
+    if (!ranges_empty (&c->susp)) {
+      d = calloc (1, sizeof *d);
+      if (d == NULL)              /* cannot watch: hand them over now */
+        ranges_move (&st->ready, &c->susp);
+      else {
+        ranges_move (&d->r, &c->susp);
+        bytes = d->r.bytes;
+        d->fd = fd;
+        fd = -1;
+        d->unknown = d->fd < 0 || end_unknowable (err);
+        if (d->unknown && d->fd >= 0) {
+          close (d->fd);
+          d->fd = -1;
+        }
+        d->next = c->drains;
+        c->drains = d;
+        c->ndrains++;
+      }
+    }
     if (count_up (st) == 0) {
       /* The first attempt may be made at once. */
       st->next_attempt_ns = 0;
@@ -687,8 +1025,79 @@ conn_lost (struct conn *c, const char *why)
     }
     update_state (st);
   }
-  c->nbd = NULL;
-  nbd_close (h);
+  if (fd >= 0)
+    close (fd);
+  if (d)
+    rb_log ("nbd: connection %d: %" PRIu64 " bytes of writes without a "
+            "reply stay suspect until %s", c->idx, bytes,
+            d->unknown ? "the connection is re-established"
+            : "the server has closed the old connection");
+}
+
+/* Connection thread: read and drop what servers still send on lost
+ * connections; end-of-file (or a reset) means the server has closed
+ * its end, so its requests are over.  fds[i] belongs to dv[i].
+ */
+static void
+drain_events (struct conn *c, const struct pollfd *fds, struct drain **dv,
+              size_t n)
+{
+  struct nbd_store *st = c->st;
+  char buf[DRAIN_BUF];
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    int err = 0;
+    bool open = true;
+
+    if (fds[i].revents == 0)
+      continue;
+    for (;;) {
+      ssize_t r = recv (dv[i]->fd, buf, sizeof buf, MSG_DONTWAIT);
+
+      if (r > 0)
+        continue;
+      if (r == -1 && errno == EINTR)
+        continue;
+      if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        break;
+      open = false;
+      err = r == 0 ? 0 : errno;
+      break;
+    }
+    if (open)
+      continue;
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+
+      if (!end_unknowable (err))
+        drain_release (c, dv[i], err ? "the server reset the old connection"
+                       : "the server closed the old connection");
+      else if (c->up)
+        drain_release (c, dv[i], "the old connection failed and the "
+                       "connection is back");
+      else {
+        close (dv[i]->fd);
+        dv[i]->fd = -1;
+        dv[i]->unknown = true;
+      }
+    }
+  }
+}
+
+/* The drains' sockets to poll; returns how many (at most MAX_DRAINS). */
+static size_t
+drain_fds (struct conn *c, struct pollfd *fds, struct drain **dv)
+{
+  struct drain *d;
+  size_t n = 0;
+
+  for (d = c->drains; d && n < MAX_DRAINS; d = d->next)
+    if (d->fd >= 0) {
+      fds[n] = (struct pollfd) { .fd = d->fd, .events = POLLIN };
+      dv[n++] = d;
+    }
+  return n;
 }
 
 static void
@@ -700,14 +1109,23 @@ drain_wakefd (struct conn *c)
     rb_log ("nbd: eventfd read: %m (ignored)");
 }
 
-/* Sleep until woken or timeout_ms (-1: forever).  Used while down. */
+/* Sleep until woken or timeout_ms (-1: forever), watching the drains.
+ * Used while down.
+ */
 static void
 wait_wake (struct conn *c, int timeout_ms)
 {
-  struct pollfd pfd = { .fd = c->wakefd, .events = POLLIN };
+  struct pollfd fds[1 + MAX_DRAINS];
+  struct drain *dv[MAX_DRAINS];
+  size_t n;
 
-  if (poll (&pfd, 1, timeout_ms) > 0)
-    drain_wakefd (c);
+  fds[0] = (struct pollfd) { .fd = c->wakefd, .events = POLLIN };
+  n = drain_fds (c, fds + 1, dv);
+  if (poll (fds, 1 + n, timeout_ms) > 0) {
+    if (fds[0].revents & POLLIN)
+      drain_wakefd (c);
+    drain_events (c, fds + 1, dv, n);
+  }
 }
 
 static void *
@@ -720,6 +1138,7 @@ conn_thread (void *vp)
     struct piece *list, *p, *next;
     bool attempt = false;
     int timeout_ms = -1;
+    uint64_t epoch;
 
     if (c->nbd == NULL) {
       /* Down: reconnect when work is waiting and an attempt is due,
@@ -761,21 +1180,33 @@ conn_thread (void *vp)
       if (st->quit && c->queued == 0 && c->inflight == 0)
         break;
       list = dequeue (c, true);
+      epoch = c->epoch;
     }
     for (p = list; p; p = next) {
       next = p->next;
-      issue (c, p);
+      /* A FLUSH meant for a handle that is gone covers nothing of it
+       * on this one.
+       */
+      if (p->op == P_FLUSH && p->epoch != 0 && p->epoch != epoch) {
+        p->err = ENOTCONN;
+        finalize (p, "the connection it was to flush was lost before "
+                  "it was sent");
+      }
+      else
+        issue (c, p);
     }
     if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd)) {
       conn_lost (c, nbd_get_error () ? nbd_get_error ()
-                   : "the server closed the connection");
+                 : "the server closed the connection", false);
       continue;
     }
 
     {
-      struct pollfd fds[2];
+      struct pollfd fds[2 + MAX_DRAINS];
+      struct drain *dv[MAX_DRAINS];
       unsigned dir = nbd_aio_get_direction (c->nbd);
       unsigned inflight;
+      size_t nd;
       int r;
 
       fds[0].fd = nbd_aio_get_fd (c->nbd);
@@ -788,19 +1219,22 @@ conn_thread (void *vp)
       fds[1].fd = c->wakefd;
       fds[1].events = POLLIN;
       fds[1].revents = 0;
+      nd = drain_fds (c, fds + 2, dv);
       {
         ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
         inflight = c->inflight;
       }
-      if (inflight > 0)
+      if (inflight > 0 && st->request_timeout_ns > 0)
         timeout_ms = 1000;
-      r = poll (fds, 2, timeout_ms);
+      r = poll (fds, 2 + nd, timeout_ms);
       if (r == -1 && errno != EINTR) {
-        conn_lost (c, "poll failed");
+        conn_lost (c, "poll failed", false);
         continue;
       }
       if (fds[1].revents & POLLIN)
         drain_wakefd (c);
+      if (r > 0)
+        drain_events (c, fds + 2, dv, nd);
       if (fds[0].revents)       /* the socket moves: the server lives */
         c->last_progress_ns = rb_now_ns ();
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
@@ -809,21 +1243,37 @@ conn_thread (void *vp)
         nbd_aio_notify_write (c->nbd);
       if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd)) {
         conn_lost (c, nbd_get_error () ? nbd_get_error ()
-                   : "the server closed the connection");
+                   : "the server closed the connection", false);
         continue;
       }
-      /* Watchdog: a server that stops answering must not hang us.
+      /* request-timeout=: give up on a server that stops answering.
        * It measures time without any socket activity while requests
        * are in flight, and only a poll that found the socket idle
        * counts, so that a stall of this thread (a loaded machine, a
        * sanitizer) with replies waiting is not taken for a dead server,
-       * and a slow link that keeps moving bytes is not either.
+       * and a slow link that keeps moving bytes is not either.  The
+       * connection is closed gracefully and watched as a drain; with
+       * MAX_DRAINS of those still open we wait instead.
        */
-      if (fds[0].revents == 0 && inflight > 0 &&
-          nbd_aio_in_flight (c->nbd) > 0 &&
-          rb_now_ns () - c->last_progress_ns > REQUEST_TIMEOUT_NS) {
-        conn_lost (c, "no reply from the server for 30 s");
-        continue;
+      if (st->request_timeout_ns > 0 && fds[0].revents == 0 &&
+          inflight > 0 && nbd_aio_in_flight (c->nbd) > 0 &&
+          rb_now_ns () - c->last_progress_ns > st->request_timeout_ns) {
+        if (c->ndrains < MAX_DRAINS) {
+          char why[80];
+
+          snprintf (why, sizeof why, "no reply from the server for %" PRIu64
+                    " s (request-timeout)",
+                    st->request_timeout_ns / 1000000000);
+          conn_lost (c, why, true);
+          continue;
+        }
+        if (!c->drains_full_logged) {
+          c->drains_full_logged = true;
+          rb_log ("nbd: connection %d to %s: no reply for %" PRIu64 " s, "
+                  "but %d lost connections are still open on the server: "
+                  "waiting", c->idx, st->uri,
+                  st->request_timeout_ns / 1000000000, MAX_DRAINS);
+        }
       }
     }
   }
@@ -1045,30 +1495,51 @@ nbd_store_flush (struct rb_store *s)
   struct nbd_store *st = s->handle;
   struct piece pieces[MAX_CONNECTIONS];
   size_t n = 0;
+  uint64_t seen;
   bool lost;
-  int i;
+  int i, r;
 
   memset (pieces, 0, sizeof pieces);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
 
-    lost = st->lost_unflushed;
-    st->lost_unflushed = false;
-    if (!st->can_flush && !lost)
-      return 0;               /* the server says writes are durable */
-
-    /* One FLUSH on every connection that is up; if none is, one on the
-     * first, which makes it reconnect (a new connection has no unflushed
-     * writes of its own).  A connection that goes down before its piece
-     * is issued fails the flush, and the core retries the sync.
+    /* A connection was lost with unflushed writes and no flush() has
+     * reported it yet: this flush covers those writes (everything
+     * written before it) and cannot make them durable.  Every flush
+     * that begins before the first one returns with the error fails,
+     * not only the first to look.
      */
-    for (i = 0; i < st->nconns; i++)
-      if (st->conns[i].up)
-        pieces[n++].conn = &st->conns[i];
-    if (n == 0)
-      pieces[n++].conn = &st->conns[0];
+    seen = st->losses;
+    lost = st->losses > st->losses_reported;
+
+    /* One FLUSH on every connection that is up, pinned to its handle;
+     * if none is up, one on the first, for any handle, which makes it
+     * reconnect (a new connection has no unflushed writes of its own,
+     * and any lost one was counted in 'losses' when it went down).
+     * Still sent when 'lost': whatever can be made durable is.
+     */
+    if (st->can_flush) {
+      for (i = 0; i < st->nconns; i++)
+        if (st->conns[i].up) {
+          pieces[n].conn = &st->conns[i];
+          pieces[n].epoch = st->conns[i].epoch;
+          n++;
+        }
+      if (n == 0)
+        pieces[n++].conn = &st->conns[0];
+    }
   }
+  for (i = 0; i < (int) n; i++) {
+    pieces[i].op = P_FLUSH;
+    pieces[i].urgent = true;
+  }
+  r = run_pieces (st, pieces, n);
   if (lost) {
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+      if (seen > st->losses_reported)
+        st->losses_reported = seen;
+    }
     /* The core writes everything since the last good sync again when
      * a sync fails, which is exactly what is needed.
      */
@@ -1076,11 +1547,49 @@ nbd_store_flush (struct rb_store *s)
                   "were flushed; they must be written again", st->uri);
     return -1;
   }
-  for (i = 0; i < (int) n; i++) {
-    pieces[i].op = P_FLUSH;
-    pieces[i].urgent = true;
+  return r;
+}
+
+/* Suspect ranges whose lost connection is over, for the core to write
+ * again (store.h).
+ */
+static size_t
+nbd_store_take_suspects (struct rb_store *s, struct rb_store_range *out,
+                         size_t max, bool *pending)
+{
+  struct nbd_store *st = s->handle;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+  struct ranges *r = &st->ready;
+  size_t n = 0, i;
+  int c;
+
+  while (n < max && r->len > 0) {
+    size_t k = RB_MIN (max - n, r->len);
+
+    memcpy (out + n, r->v, k * sizeof *out);
+    memmove (r->v, r->v + k, (r->len - k) * sizeof *r->v);
+    r->len -= k;
+    for (i = n; i < n + k; i++)
+      r->bytes -= out[i].count;
+    n += k;
   }
-  return run_pieces (st, pieces, n);
+  if (n < max && r->wide) {
+    out[n++] = (struct rb_store_range) {
+      r->wide_lo, r->wide_hi - r->wide_lo,
+    };
+    r->wide = false;
+  }
+  if (r->len == 0 && !r->wide)
+    r->bytes = 0;
+  /* Also the writes noted on a connection that is being lost right
+   * now (finalize notes them before their caller learns of the
+   * failure; conn_lost moves them to a drain just after).
+   */
+  *pending = !ranges_empty (r);
+  for (c = 0; c < st->nconns; c++)
+    if (st->conns[c].drains || !ranges_empty (&st->conns[c].susp))
+      *pending = true;
+  return n;
 }
 
 static int
@@ -1152,12 +1661,28 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
   struct nbd_store *st = s->handle;
   uint64_t reconnects, disconnects, inflight_max, requests;
-  int up, r;
+  uint64_t oldest_ms = 0, suspect = 0, now = rb_now_ns ();
+  unsigned queued = 0, draining = 0;
+  int up, r, i;
   size_t n = 0;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
     up = count_up (st);
+    suspect = st->ready.bytes;
+    for (i = 0; i < st->nconns; i++) {
+      struct conn *c = &st->conns[i];
+      struct drain *d;
+
+      queued += c->queued;
+      if (c->if_head && now > c->if_head->issued_ns)
+        oldest_ms = RB_MAX (oldest_ms,
+                            (now - c->if_head->issued_ns) / 1000000);
+      for (d = c->drains; d; d = d->next) {
+        draining++;
+        suspect += d->r.bytes;
+      }
+    }
     reconnects = st->reconnects;
     disconnects = st->disconnects;
     inflight_max = st->inflight_max;
@@ -1177,12 +1702,17 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
                   ",\"store_reconnects\":%" PRIu64
                   ",\"store_disconnects\":%" PRIu64
                   ",\"store_requests\":%" PRIu64
+                  ",\"store_queued\":%u"
+                  ",\"store_oldest_request_ms\":%" PRIu64
+                  ",\"store_suspect_bytes\":%" PRIu64
+                  ",\"store_draining\":%u"
                   ",\"store_inflight_max\":%" PRIu64
                   ",\"store_inflight_limit\":%u"
                   ",\"store_max_request\":%" PRIu64,
                   up, st->multi_conn ? "true" : "false",
                   st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, inflight_max,
+                  reconnects, disconnects, requests, queued, oldest_ms,
+                  suspect, draining, inflight_max,
                   st->max_inflight, st->max_request);
     ADVANCE (r);
   }
@@ -1195,12 +1725,17 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
                   "store_reconnects: %" PRIu64 "\n"
                   "store_disconnects: %" PRIu64 "\n"
                   "store_requests: %" PRIu64 "\n"
+                  "store_queued: %u\n"
+                  "store_oldest_request_ms: %" PRIu64 "\n"
+                  "store_suspect_bytes: %" PRIu64 "\n"
+                  "store_draining: %u\n"
                   "store_inflight_max: %" PRIu64 "\n"
                   "store_inflight_limit: %u\n"
                   "store_max_request: %" PRIu64 "\n",
                   st->uri, up, st->multi_conn ? "true" : "false",
                   st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, inflight_max,
+                  reconnects, disconnects, requests, queued, oldest_ms,
+                  suspect, draining, inflight_max,
                   st->max_inflight, st->max_request);
     ADVANCE (r);
   }
@@ -1239,12 +1774,30 @@ nbd_store_close (struct rb_store *s)
       rb_thread_join (st->conns[i].thread);
   for (i = 0; i < MAX_CONNECTIONS; i++) {
     struct conn *c = &st->conns[i];
+    struct drain *d, *next;
 
     if (c->nbd)
       disconnect_one (c->nbd);
+    if (c->sockdup >= 0)
+      close (c->sockdup);
     if (c->wakefd >= 0)
       close (c->wakefd);
+    for (d = c->drains; d; d = next) {
+      next = d->next;
+      /* The core waits for these before a clean stop (take_suspects
+       * says pending); here only if it could not.
+       */
+      rb_log ("nbd: %s: closing while the server may still run writes "
+              "of a lost connection (%" PRIu64 " bytes)", st->uri,
+              d->r.bytes);
+      if (d->fd >= 0)
+        close (d->fd);
+      free (d->r.v);
+      free (d);
+    }
+    free (c->susp.v);
   }
+  free (st->ready.v);
   rb_mutex_destroy (&st->lock);
   free (st->zero_buf);
   free (st->uri);
@@ -1286,6 +1839,11 @@ rb_store_nbd_open (const struct rb_store_params *params)
                   params->connections, MAX_CONNECTIONS);
     return NULL;
   }
+  if (params->request_timeout < 0) {
+    rb_set_error (EINVAL, "nbd: request-timeout=%d must be positive",
+                  params->request_timeout);
+    return NULL;
+  }
   if (params->max_inflight < 0 || params->max_inflight > MAX_INFLIGHT) {
     rb_set_error (EINVAL, "nbd: inflight=%d must be 1..%d",
                   params->max_inflight, MAX_INFLIGHT);
@@ -1309,6 +1867,7 @@ rb_store_nbd_open (const struct rb_store_params *params)
     st->conns[i].st = st;
     st->conns[i].idx = i;
     st->conns[i].wakefd = -1;
+    st->conns[i].sockdup = -1;
   }
   st->s.ops = &nbd_ops;
   st->s.handle = st;
@@ -1330,6 +1889,8 @@ rb_store_nbd_open (const struct rb_store_params *params)
     goto fail;
   }
   st->conns[0].nbd = h;
+  st->conns[0].sockdup = sock_setup (st, h);
+  st->conns[0].epoch = ++st->epochs;
   st->conns[0].up = true;
   st->nconns = 1;
 
@@ -1363,6 +1924,7 @@ rb_store_nbd_open (const struct rb_store_params *params)
   }
   st->max_inflight = params->max_inflight > 0
     ? params->max_inflight : DEFAULT_INFLIGHT;
+  st->request_timeout_ns = params->request_timeout * UINT64_C (1000000000);
 
   want = params->connections;
   if (want == 0)
@@ -1392,6 +1954,8 @@ rb_store_nbd_open (const struct rb_store_params *params)
       goto fail;
     }
     st->conns[i].nbd = h;
+    st->conns[i].sockdup = sock_setup (st, h);
+    st->conns[i].epoch = ++st->epochs;
     st->conns[i].up = true;
     st->nconns = i + 1;
   }
@@ -1428,6 +1992,7 @@ static const struct rb_store_ops nbd_ops = {
   .flush = nbd_store_flush,
   .next_data = nbd_store_next_data,
   .status = nbd_store_status,
+  .take_suspects = nbd_store_take_suspects,
   .close = nbd_store_close,
 };
 
@@ -1438,5 +2003,6 @@ static const struct rb_store_ops nbd_ops_no_extents = {
   .flush = nbd_store_flush,
   .next_data = NULL,
   .status = nbd_store_status,
+  .take_suspects = nbd_store_take_suspects,
   .close = nbd_store_close,
 };

@@ -46,6 +46,11 @@ enum rb_store_state {
   RB_STORE_OFFLINE,           /* connection lost, reconnecting */
 };
 
+/* A byte range of the store (take_suspects). */
+struct rb_store_range {
+  uint64_t offset, count;
+};
+
 struct rb_store;
 
 struct rb_store_ops {
@@ -58,7 +63,11 @@ struct rb_store_ops {
    */
   int (*submit) (struct rb_store *s, struct rb_io *ios, size_t n);
 
-  /* Make everything written so far durable (fdatasync, NBD FLUSH). */
+  /* Make everything written so far durable (fdatasync, NBD FLUSH).  On
+   * failure anything written since the last successful flush may be
+   * lost, and the caller must write it again; a store reports such a
+   * loss to every flush that began before one of them returned it.
+   */
   int (*flush) (struct rb_store *s);
 
   /* Optional.  Find the first allocated byte at or after 'offset':
@@ -74,6 +83,36 @@ struct rb_store_ops {
   size_t (*status) (struct rb_store *s, bool json, char *buf, size_t len);
 
   void (*close) (struct rb_store *s);
+
+  /* Optional.  Ranges the store can no longer vouch for although no
+   * request about them failed now: a write to them failed earlier with
+   * an unknown outcome (its connection was lost before the reply), the
+   * caller wrote them again since, and the old write may have landed
+   * after that (a remote server thread still running it).  A store
+   * hands a range over only once the old write can no longer be
+   * executing; the caller then writes it again from its current data.
+   * Moves up to 'max' ranges to 'out', returns how many; sets *pending
+   * if more may come later (the caller asks again; a clean stop waits
+   * until none are pending).  Called without any lock of the caller.
+   */
+  size_t (*take_suspects) (struct rb_store *s, struct rb_store_range *out,
+                           size_t max, bool *pending);
+};
+
+/* What a local backing store is (store-file.c sets it; all zero for a
+ * remote one): ram= is refused if it is the store itself, and the RAM
+ * image header records it.
+ */
+enum rb_store_kind {
+  RB_STORE_REMOTE = 0,
+  RB_STORE_FILE = 1,
+  RB_STORE_BLOCK = 2,
+};
+
+struct rb_store_id {
+  enum rb_store_kind kind;
+  uint64_t dev;               /* FILE: st_dev; BLOCK: st_rdev */
+  uint64_t ino;               /* FILE: st_ino */
 };
 
 struct rb_store {
@@ -84,6 +123,7 @@ struct rb_store {
   bool read_only;
   int connections;            /* parallel connections used (status) */
   enum rb_store_state state;  /* updated by the implementation (atomic) */
+  struct rb_store_id id;
 };
 
 /* Parameters a store may need when it is opened. */
@@ -98,6 +138,9 @@ struct rb_store_params {
   int tls_verify_peer;        /* -1: libnbd default */
   int connections;            /* 0: auto (multi-conn if the server offers it) */
   int max_inflight;           /* per connection, 0: default */
+  int request_timeout;        /* seconds without a reply (and without
+                                 socket activity) before a connection
+                                 is given up, 0: never */
 };
 
 /* Open the store named by params->uri: an NBD URI goes to store-nbd.c,

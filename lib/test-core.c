@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Tests of the whole core (no nbdkit): random I/O against a model,
  * concurrent writers while the mode flips, writes racing populate, the
- * dirty limit, and the fsyncgate rule against a backing store that
- * loses unsynced writes when a sync fails.  Run under ThreadSanitizer
- * in CI.
+ * dirty limit, and backing store failures against the test store
+ * (test-store.h), which loses unsynced writes when a sync fails: the
+ * fsyncgate rule, failed writethrough writes and syncs, and zeroes that
+ * must reach the store as zero requests.  The forced interleavings are
+ * in test-interleave.c.  Run under ThreadSanitizer in CI.
  */
 
 #include <config.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "ramback.h"
+#include "test-store.h"
 
 #define MiB (1024 * 1024)
 
@@ -67,14 +70,6 @@ open_rb (const char *path, uint32_t chunk, void (*tweak) (struct rb_config *))
   return rb;
 }
 
-static void
-fill_random (GRand *r, uint8_t *p, size_t n)
-{
-  size_t i;
-  for (i = 0; i < n; i++)
-    p[i] = g_rand_int (r);
-}
-
 /* --- random single-threaded I/O against a model ---------------------- */
 
 static void
@@ -88,18 +83,22 @@ test_model (gconstpointer chunkp)
   struct rb *rb;
   int op;
 
-  fill_random (r, model, size);
+  ts_fill_random (r, model, size);
   write_file (path, model, size);
   rb = open_rb (path, chunk, NULL);
   g_assert_cmpuint (rb_get_size (rb), ==, size);
 
   for (op = 0; op < 2000; op++) {
-    uint64_t off = g_rand_int_range (r, 0, size);
-    uint32_t len = g_rand_int_range (r, 1, MIN (size - off, 300000) + 1);
+    uint64_t off, len;
     int kind = g_rand_int_range (r, 0, 10);
 
+    /* Biased to chunk edges and the partial last chunk, where the
+     * arithmetic goes wrong (uniform offsets almost never reach it).
+     */
+    ts_rand_extent (r, size, chunk, 300000, &off, &len);
+
     if (kind < 5) {
-      fill_random (r, buf, len);
+      ts_fill_random (r, buf, len);
       g_assert_cmpint (rb_pwrite (rb, buf, len, off, 0), ==, 0);
       memcpy (model + off, buf, len);
     }
@@ -159,7 +158,7 @@ writer_main (gpointer arg)
       g_assert_true (memcmp (buf, w->model + off, len) == 0);
       continue;
     }
-    fill_random (r, buf, len);
+    ts_fill_random (r, buf, len);
     g_assert_cmpint (rb_pwrite (w->rb, buf, len, base + off,
                                 k % 17 == 0 ? RB_FUA : 0), ==, 0);
     memcpy (w->model + off, buf, len);
@@ -206,7 +205,7 @@ run_concurrent (bool populate_race)
   struct rb *rb;
   int i;
 
-  fill_random (r, model, size);
+  ts_fill_random (r, model, size);
   write_file (path, model, size);
   rb = open_rb (path, 4096, populate_race ? slow_populate : NULL);
   if (!populate_race) {
@@ -312,123 +311,74 @@ test_dirty_limit (void)
   g_free (model);
 }
 
-/* --- fsyncgate: a store that loses unsynced writes when sync fails ---- */
+/* --- backing store failures, on the test store (test-store.h) -------- */
 
-struct vstore {
-  uint8_t *durable, *pending;   /* pending = what the page cache holds */
-  size_t size;
-  int fail_syncs;               /* this many next syncs fail */
-  int fail_writes;              /* this many next writes fail */
-  GMutex lock;
-};
-
-static int
-v_submit (struct rb_store *s, struct rb_io *ios, size_t n)
-{
-  struct vstore *v = s->handle;
-  int first = 0;
-  size_t i;
-
-  g_mutex_lock (&v->lock);
-  for (i = 0; i < n; i++) {
-    struct rb_io *io = &ios[i];
-    io->err = 0;
-    if (io->op != RB_IO_READ && v->fail_writes > 0) {
-      v->fail_writes--;
-      io->err = EIO;
-    }
-    else if (io->op == RB_IO_READ)
-      memcpy (io->buf, v->pending + io->offset, io->count);
-    else if (io->op == RB_IO_WRITE)
-      memcpy (v->pending + io->offset, io->buf, io->count);
-    else
-      memset (v->pending + io->offset, 0, io->count);
-    if (io->err && !first)
-      first = io->err;
-  }
-  g_mutex_unlock (&v->lock);
-  if (first) {
-    errno = first;
-    return -1;
-  }
-  return 0;
-}
-
-static int
-v_flush (struct rb_store *s)
-{
-  struct vstore *v = s->handle;
-  int r = 0;
-
-  g_mutex_lock (&v->lock);
-  /* Only a sync that has something to lose fails. */
-  if (v->fail_syncs > 0 && memcmp (v->pending, v->durable, v->size) != 0) {
-    /* Like Linux after a writeback error: the unsynced data is gone
-     * and the pages look clean.
-     */
-    v->fail_syncs--;
-    memcpy (v->pending, v->durable, v->size);
-    errno = EIO;
-    r = -1;
-  }
-  else
-    memcpy (v->durable, v->pending, v->size);
-  g_mutex_unlock (&v->lock);
-  return r;
-}
+static struct rb_store *override_store;
+static bool override_fsync_wait;
 
 static void
-v_close (struct rb_store *s)
+use_override (struct rb_config *c)
 {
-  g_free (s);
+  c->store_override = override_store;
+  c->fsync_wait = override_fsync_wait;
 }
 
-static const struct rb_store_ops vops = {
-  .name = "volatile", .submit = v_submit, .flush = v_flush, .close = v_close,
-};
-
-static struct rb_store *vs_store;
-
-static void
-use_vstore (struct rb_config *c)
+/* A started rb on the test store, fully loaded. */
+static struct rb *
+open_ts (struct tstore *ts, uint32_t chunk, bool fsync_wait)
 {
-  c->store_override = vs_store;
-  c->fsync_wait = true;
+  struct rb *rb;
+
+  override_store = ts_store (ts);
+  override_fsync_wait = fsync_wait;
+  rb = open_rb (NULL, chunk, use_override);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  return rb;
+}
+
+/* rb_sync until a whole sweep succeeds; a failure re-dirties and the
+ * flusher retries, so this ends unless the core gives up.
+ */
+static void
+sync_until_ok (struct rb *rb)
+{
+  int i;
+
+  for (i = 0; rb_sync (rb, -1) == -1; i++) {
+    g_assert_cmpint (rb_get_errno (), ==, EIO);
+    if (i == 100)
+      g_error ("rb_sync still failing after 100 tries: %s", rb_get_error ());
+  }
+}
+
+/* A store of 'size' random bytes, and its model. */
+static struct tstore *
+random_store (GRand *r, size_t size, uint8_t **model)
+{
+  *model = g_malloc (size);
+  ts_fill_random (r, *model, size);
+  return ts_new (size, *model);
 }
 
 static void
 test_fsyncgate (void)
 {
-  struct vstore v = { 0 };
   size_t size = 1 * MiB;
-  uint8_t *model = g_malloc (size), *buf = g_malloc (65536);
+  uint8_t *model, *buf = g_malloc (65536);
   GRand *r = g_rand_new_with_seed (5);
+  struct tstore *ts = random_store (r, size, &model);
   struct rb_stats st;
-  struct rb *rb;
+  struct rb *rb = open_ts (ts, 4096, true);
   int k;
-
-  v.size = size;
-  v.durable = g_malloc (size);
-  fill_random (r, v.durable, size);
-  v.pending = g_memdup2 (v.durable, size);
-  memcpy (model, v.durable, size);
-  g_mutex_init (&v.lock);
-  vs_store = g_new0 (struct rb_store, 1);
-  *vs_store = (struct rb_store) { .ops = &vops, .handle = &v, .size = size,
-                                  .connections = 1 };
-  rb = open_rb (NULL, 4096, use_vstore);
-  g_assert_cmpint (rb_wait_populated (rb, 10000), ==, 0);
 
   /* The next sync with unsynced data fails and loses every write since
    * the last good one.
    */
-  g_mutex_lock (&v.lock);
-  v.fail_syncs = 1;
-  g_mutex_unlock (&v.lock);
+  ts_fail_syncs (ts, 1);
   for (k = 0; k < 40; k++) {
     uint64_t off = g_rand_int_range (r, 0, size - 65536);
     uint32_t len = g_rand_int_range (r, 1, 65536);
-    fill_random (r, buf, len);
+    ts_fill_random (r, buf, len);
     g_assert_cmpint (rb_pwrite (rb, buf, len, off, 0), ==, 0);
     memcpy (model + off, buf, len);
   }
@@ -441,28 +391,153 @@ test_fsyncgate (void)
     g_assert_cmpint (rb_get_errno (), ==, EIO);
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.sync_errors, ==, 1);
-  g_assert_cmpint (v.fail_syncs, ==, 0);
-  g_assert_true (memcmp (v.durable, model, size) == 0);
+  ts_assert_durable (ts, model, "after a failed sync and FLUSH");
 
   /* Failed writes: FLUSH fails while they fail, succeeds after. */
-  g_mutex_lock (&v.lock);
-  v.fail_writes = 3;
-  g_mutex_unlock (&v.lock);
+  ts_fail_writes (ts, 3);
   g_assert_cmpint (rb_pwrite (rb, buf, 4096, 0, 0), ==, 0);
   memcpy (model, buf, 4096);
   while (rb_flush (rb) == -1)
     ;
-  g_assert_true (memcmp (v.durable, model, size) == 0);
+  ts_assert_durable (ts, model, "after failed write backs and FLUSH");
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.store_errors, >=, 3);
 
   g_assert_cmpint (rb_close (rb), ==, 0);
-  g_assert_true (memcmp (v.durable, model, size) == 0);
-  g_mutex_clear (&v.lock);
-  g_free (v.durable);
-  g_free (v.pending);
+  ts_assert_durable (ts, model, "after close");
+  ts_free (ts);
   g_free (model);
   g_free (buf);
+  g_rand_free (r);
+}
+
+/* A writethrough write that the store refuses fails, but its data is in
+ * RAM (RAM is the truth) and must reach the store by itself: nothing
+ * rewrites it here.  The chunks were clean, so only the failure path
+ * can have made them dirty again.
+ */
+static void
+test_writethrough_write_fails (void)
+{
+  size_t size = 1 * MiB;
+  uint64_t off = 123457;
+  uint32_t len = 10000;         /* across three 4K chunks */
+  uint8_t *model, *buf = g_malloc (len), *got = g_malloc (len);
+  GRand *r = g_rand_new_with_seed (31);
+  struct tstore *ts = random_store (r, size, &model);
+  struct rb *rb = open_ts (ts, 4096, false);
+
+  g_assert_cmpint (rb_set_mode (rb, RB_MODE_WRITETHROUGH), ==, 0);
+  ts_fail_writes (ts, 1);
+  ts_fill_random (r, buf, len);
+  g_assert_cmpint (rb_pwrite (rb, buf, len, off, 0), ==, -1);
+  g_assert_cmpint (rb_get_errno (), ==, EIO);
+  g_assert_cmpint (rb_pread (rb, got, len, off), ==, 0);
+  g_assert_true (memcmp (got, buf, len) == 0);
+  memcpy (model + off, got, len);
+
+  sync_until_ok (rb);
+  ts_assert_durable (ts, model,
+                     "after a failed writethrough write and a sync");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_free (ts);
+  g_free (model);
+  g_free (buf);
+  g_free (got);
+  g_rand_free (r);
+}
+
+/* Writethrough writes reach the store, but only a sync makes them
+ * durable: a failing sync drops them (they never were dirty in RAM) and
+ * they must be written again.
+ */
+static void
+test_writethrough_sync_fails (void)
+{
+  size_t size = 1 * MiB;
+  uint8_t *model, *buf = g_malloc (65536);
+  GRand *r = g_rand_new_with_seed (37);
+  struct tstore *ts = random_store (r, size, &model);
+  struct rb_stats st;
+  struct rb *rb = open_ts (ts, 4096, false);
+  int k;
+
+  g_assert_cmpint (rb_set_mode (rb, RB_MODE_WRITETHROUGH), ==, 0);
+  ts_fail_syncs (ts, 1);
+  for (k = 0; k < 3; k++) {
+    uint64_t off = (uint64_t) k * 300000 + 777;
+    ts_fill_random (r, buf, 65536);
+    g_assert_cmpint (rb_pwrite (rb, buf, 65536, off, 0), ==, 0);
+    memcpy (model + off, buf, 65536);
+  }
+  sync_until_ok (rb);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.sync_errors, ==, 1);
+  ts_assert_durable (ts, model, "after a failed sync of writethrough writes");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_free (ts);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
+/* Zero and trim of whole chunks reach the store as zero requests (a
+ * punched hole, NBD WRITE ZEROES), not as zero bytes written, in both
+ * modes; a partial chunk is written as data.
+ */
+static void
+test_zero_ops (void)
+{
+  size_t size = 1 * MiB;
+  uint8_t *model;
+  GRand *r = g_rand_new_with_seed (41);
+  struct tstore *ts = random_store (r, size, &model);
+  struct rb *rb = open_ts (ts, 4096, false);
+  static const struct { uint64_t off, len; bool trim, wt; } z[] = {
+    { 128 * 1024, 64 * 1024, false, false },
+    { 512 * 1024, 32 * 1024, true, false },
+    { 800 * 1024, 16 * 1024, false, true },
+  };
+  struct ts_match m;
+  size_t i;
+
+  for (i = 0; i < G_N_ELEMENTS (z); i++) {
+    g_assert_cmpint (rb_set_mode (rb, z[i].wt ? RB_MODE_WRITETHROUGH
+                                  : RB_MODE_WRITEBACK), ==, 0);
+    g_assert_cmpint ((z[i].trim ? rb_trim : rb_zero) (rb, z[i].len,
+                                                      z[i].off, 0), ==, 0);
+    memset (model + z[i].off, 0, z[i].len);
+  }
+  /* Partial, in writeback mode: chunk 230 keeps most of its data and is
+   * written back as data.
+   */
+  g_assert_cmpint (rb_set_mode (rb, RB_MODE_WRITEBACK), ==, 0);
+  g_assert_cmpint (rb_zero (rb, 100, 230 * 4096 + 10, 0), ==, 0);
+  memset (model + 230 * 4096 + 10, 0, 100);
+  sync_until_ok (rb);
+  ts_assert_durable (ts, model, "after zero and trim");
+
+  for (i = 0; i < G_N_ELEMENTS (z); i++) {
+    m.offset = z[i].off;
+    m.count = z[i].len;
+    m.tag = NULL;
+    m.ops = TS_ZERO;
+    if (ts_count (ts, &m) == 0)
+      g_error ("zeroed range [%" G_GUINT64_FORMAT ", +%" G_GUINT64_FORMAT
+               ") never reached the store as a zero request", m.offset,
+               m.count);
+    m.ops = TS_WRITE;
+    if (ts_count (ts, &m) != 0)
+      g_error ("zeroed range [%" G_GUINT64_FORMAT ", +%" G_GUINT64_FORMAT
+               ") was written to the store as data", m.offset, m.count);
+  }
+  m = (struct ts_match) { .ops = TS_WRITE, .offset = 230 * 4096,
+                          .count = 4096 };
+  g_assert_cmpuint (ts_count (ts, &m), ==, 1);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_assert_durable (ts, model, "after close");
+  ts_free (ts);
+  g_free (model);
   g_rand_free (r);
 }
 
@@ -494,6 +569,11 @@ main (int argc, char *argv[])
   g_test_add_func ("/core/populate-race", test_populate_race);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);
   g_test_add_func ("/core/fsyncgate", test_fsyncgate);
+  g_test_add_func ("/core/writethrough-write-fails",
+                   test_writethrough_write_fails);
+  g_test_add_func ("/core/writethrough-sync-fails",
+                   test_writethrough_sync_fails);
+  g_test_add_func ("/core/zero-ops", test_zero_ops);
   g_test_add_func ("/core/bad-config", test_bad_config);
   return g_test_run ();
 }

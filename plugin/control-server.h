@@ -15,7 +15,9 @@
 
 extern int control_server_bind (const char *path);
 extern int control_server_start (struct rb *rb);
-/* Stop accepting, disconnect clients, wait for their threads, unlink. */
+/* Stop accepting, let requests still executing send their replies,
+ * disconnect clients, join their threads, unlink the socket.
+ */
 extern void control_server_stop (void);
 
 #endif /* RAMBACK_CONTROL_SERVER_H */

@@ -20,6 +20,7 @@ struct rb_config ramback_params = {
 };
 const char *ramback_control_path;
 bool ramback_trace;
+static bool resume_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -159,6 +160,19 @@ ramback_config_key (const char *key, const char *value)
     return parse_size (key, value, 1, &c->flush_rate);
   else if (strcmp (key, "populate") == 0)
     return parse_bool (key, value, &c->populate);
+  else if (strcmp (key, "resume") == 0) {
+    if (strcmp (value, "auto") == 0)
+      c->resume = RB_RESUME_AUTO;
+    else if (strcmp (value, "discard") == 0)
+      c->resume = RB_RESUME_DISCARD;
+    else if (strcmp (value, "force") == 0)
+      c->resume = RB_RESUME_FORCE;
+    else {
+      nbdkit_error ("resume=%s: expected auto, discard or force", value);
+      return -1;
+    }
+    resume_given = true;
+  }
   else if (strcmp (key, "overcommit") == 0)
     return parse_bool (key, value, &c->allow_overcommit);
   else if (strcmp (key, "trace") == 0) {
@@ -187,6 +201,8 @@ ramback_config_key (const char *key, const char *value)
     return parse_int (key, value, 1, 64, &c->store.connections);
   else if (strcmp (key, "inflight") == 0)
     return parse_int (key, value, 1, 1024, &c->store.max_inflight);
+  else if (strcmp (key, "request-timeout") == 0)
+    return parse_int (key, value, 0, 86400, &c->store.request_timeout);
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);
@@ -210,6 +226,30 @@ ramback_config_check (void)
                   "has its own size)");
     return -1;
   }
+  if (!rb_store_is_nbd_uri (c->store.uri)) {
+    /* They would be ignored: say so rather than run without them. */
+    const char *nbd_only =
+      c->store.tls_certificates ? "tls-certificates" :
+      c->store.tls_psk_file ? "tls-psk" :
+      c->store.tls_username ? "tls-username" :
+      c->store.tls_verify_peer != -1 ? "tls-verify" :
+      c->store.connections ? "connections" :
+      c->store.max_inflight ? "inflight" :
+      c->store.request_timeout ? "request-timeout" : NULL;
+
+    if (nbd_only) {
+      nbdkit_error ("%s= only applies to an NBD backing store (back=nbd://, "
+                    "nbds://, nbd+unix://...), and back=%s is a file or "
+                    "device: remove %s=", nbd_only, c->store.uri, nbd_only);
+      return -1;
+    }
+  }
+  if (resume_given && c->ram == NULL) {
+    nbdkit_error ("resume= only applies with ram=PATH (an image in "
+                  "anonymous memory does not outlive ramback): add ram= "
+                  "or remove resume=");
+    return -1;
+  }
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
@@ -224,5 +264,6 @@ ramback_config_free (void)
 {
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
+  resume_given = false;
   nseen = 0;
 }

@@ -14,12 +14,17 @@ packages=(
     socat jq e2fsprogs util-linux procps xz-utils tmux
     # the filter form's tests: nbdkit's ssh plugin against a local sshd
     openssh-server openssh-client
+    # the control tests watch a command retry a refused connect
+    strace
     # UPS integration test
     nut-server nut-client
     # QEMU guest (kernel nbd-client on ramback) and the dm target's
     # build (the headers of the guest's kernel, Debian's cloud kernel)
     qemu-system-x86 busybox-static nbd-client cpio binutils
     linux-headers-cloud-amd64
+    # Debian packages: build, lint, install and test them
+    # (scripts/check-packages.sh); dkms is what ramback-dkms depends on
+    dpkg-dev debhelper dh-dkms dkms lintian man-db systemd
 )
 
 missing=()

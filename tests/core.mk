@@ -11,10 +11,21 @@ core_tests = \
 	test-fio.sh \
 	test-sigterm-drain.sh \
 	test-error-backing.sh \
+	test-acked-durable.sh \
+	test-zero-punch.sh \
+	test-ram-file.sh \
+	test-ram-tmpfs-full.sh \
+	test-ram-hugetlbfs.sh \
+	test-lock.sh \
+	test-crash-resume.sh \
+	test-resume-mismatch.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \
 	core-functions.sh \
 	model.py \
+	crash-resume.py \
 	volatile-disk.sh \
+	mutate.sh \
+	mutations.txt \
 	$(NULL)

@@ -48,8 +48,9 @@
  *       it.  drop (a FLUSH in durable= mode): fail it with EIO and lose
  *       every unflushed write, including those that arrived while it
  *       was held, as Linux drops the dirty pages whose write-back
- *       failed and reports the error to one fsync only.  A stall that has not been hit yet is disarmed.  Replies
- *       "released=N".
+ *       failed and reports the error to one fsync only.  A rule (stall
+ *       or fail) that has not been hit yet is disarmed.  Replies
+ *       "released=N" (held requests released).
  *   fail OP [nth=N | offset=OFF] [errno=EIO|ENOSPC|EPERM|EINVAL]
  *       The matching request fails once with that errno (default EIO),
  *       without being performed.  "fail flush" fails the next FLUSH.
@@ -725,8 +726,7 @@ cmd_release (char **w, int nw, char *reply, size_t len)
   for (i = 0; i < MAX_RULES; i++) {
     struct rule *r = &st.rules[i];
 
-    if (r->state == RS_FREE || r->kind != R_STALL ||
-        (!all && (uint64_t) r->id != id))
+    if (r->state == RS_FREE || (!all && (uint64_t) r->id != id))
       continue;
     if (r->state == RS_HELD) {
       r->action = action;

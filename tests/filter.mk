@@ -23,7 +23,7 @@ filter_form_tests = \
 	test-remote-nbd-server.filter \
 	$(NULL)
 TESTS += $(filter_form_tests)
-CLEANFILES = $(filter_form_tests)
+CLEANFILES += $(filter_form_tests)
 TEST_EXTENSIONS = .test .filter
 FILTER_LOG_COMPILER = /bin/sh
 .PRECIOUS: $(filter_form_tests)

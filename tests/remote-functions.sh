@@ -9,7 +9,9 @@
 #                                 NAME it reuses the socket (same URI).
 #   start_qemu_nbd NAME FILE [ARGS]   qemu-nbd on a Unix socket, 8 clients
 #   start_nbd_server NAME FILE        Debian's nbd-server on 127.0.0.1
-#   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is gone
+#   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is
+#                                 gone; fails on a sanitizer report in
+#                                 its log (remote_log_clean NAME)
 #   (start_rb, stop_rb and fail are in functions.sh)
 #   rio ARGS...                   remote-io.py (data generator/checker)
 #   wait_status SOCK FIELD VALUE [SECONDS]
@@ -153,6 +155,18 @@ kill_remote () {
     _wait_gone "${!pidv}"
     # So that a restart does not race with the old socket file.
     [ -n "${!sockv:-}" ] && rm -f "${!sockv}"
+    remote_log_clean "$name"
+}
+
+# A faultdisk server runs with the build's sanitizers: fail on a report.
+remote_log_clean () {
+    local logv=${1}_log
+    if [ -n "${!logv:-}" ] &&
+       grep -E 'ERROR: (Address|Thread|Leak|Undefined)Sanitizer|runtime error:' \
+            "${!logv}" >&2; then
+        echo "sanitizer report in the log of the remote $1" >&2
+        return 1
+    fi
     return 0
 }
 

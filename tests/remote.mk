@@ -18,6 +18,7 @@ remote_tests = \
 	test-faultdisk.sh \
 	test-sync-error.sh \
 	test-ups-drain.sh \
+	test-remote-stall.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 

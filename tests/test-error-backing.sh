@@ -8,8 +8,10 @@
 #    complete in RAM, status shows store_errors, EIO and store_state
 #    failing, every byte reads back from RAM, NBD FLUSH and control
 #    "sync" fail (not hang, not succeed), a writethrough write fails with
-#    EIO.  Trigger removed: sync succeeds, the file equals the model,
-#    and again after SIGTERM.
+#    EIO.  Trigger removed: sync succeeds and the file equals what the
+#    device reads, including the failed writethrough write's range, which
+#    nobody writes again (RAM is the truth and reaches the store); again
+#    after more writes and FLUSH, and after SIGTERM.
 # B. fsyncgate: back= a disk with a volatile write cache
 #    (volatile-disk.sh) whose failing FLUSH throws away every write since
 #    the last good one, while the writes themselves had "succeeded".
@@ -49,9 +51,9 @@ def flush_must_fail (uri, what):
         M.fail ("%s: NBD FLUSH succeeded with fsync=wait" % what)
     M.log ("ok: %s: NBD FLUSH failed: %s" % (what, res[0]))
 
-def writes (h, m, rng, n):
+def writes (h, m, rng, n, span=None):
     for _ in range (n):
-        off, ln = M.rand_extent (rng, m.size, 65536, 256 * 1024)
+        off, ln = M.rand_extent (rng, span or m.size, 65536, 256 * 1024)
         data = rng.randbytes (ln)
         h.pwrite (data, off)
         m.write (off, data)
@@ -74,7 +76,8 @@ def body ():
 
     open (trigger, "w").close ()
     M.log ("backing store now failing")
-    writes (h, m, rng, 20)
+    # Below 7 MiB: the writethrough write above it must find clean chunks.
+    writes (h, m, rng, 20, span=7 * M.MiB)
     try:
         ctl.sync (3000)
         M.fail ("control sync succeeded while the store fails")
@@ -113,7 +116,7 @@ def body ():
                          "expected failing" % st["store_state"])
             M.log ("FAIL (reported at the end): " + soft[-1])
         ctl ("mode writethrough")
-        off = 3 * M.MiB + 17
+        off = 7 * M.MiB + 17
         try:
             h.pwrite (rng.randbytes (100000), off)
             M.fail ("a writethrough write succeeded while the store fails")
@@ -127,10 +130,13 @@ def body ():
     os.unlink (trigger)
     M.log ("backing store healthy again")
     ctl.sync (60000)
+    # RAM is the truth, and it reaches the store: what the failed
+    # writethrough write left in RAM must be on the store after the
+    # sync, without anybody writing it again.
     for off, n in redo:
-        data = rng.randbytes (n)
-        h.pwrite (data, off)
-        m.write (off, data)
+        m.write (off, h.pread (n, off))
+    m.check_file (durable, "durable image right after sync (the failed "
+                  "writethrough write not redone)")
     writes (h, m, rng, 5)
     h.flush ()
     st = ctl.status ()

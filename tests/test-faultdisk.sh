@@ -196,6 +196,7 @@ print("powercut:", r, "whole", whole, "none", none)
 EOF
     local pidv="v${tag}_pid"
     _wait_gone "${!pidv}"                # the power cut shut nbdkit down
+    remote_log_clean "v$tag"
     cmp "$TMP/dur.$tag" "$TMP/view.$tag" ||
         fail "after the power cut the view is not the durable image"
 }

@@ -8,6 +8,9 @@
 # fsync=ignore: FLUSH returns at once; the log says how much had reached
 # the file (no assertion: that is timing), then control "sync" makes the
 # file equal the model.  Both end with SIGTERM and backing == model.
+# In both, with the device clean and the flusher idle, 3 FLUSHes must
+# make 3 syncs of the store (status "syncs") with fsync=wait and none
+# with fsync=ignore.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -24,6 +27,22 @@ import model as M
 
 uri, ctlpath, back, modelf, seed, phase = sys.argv[1:]
 MiB = M.MiB
+
+def flushes_sync (ctl, h, wait):
+    """With nothing dirty or unsynced and the flusher idle (right after a
+    control sync), FLUSH syncs the backing store with fsync=wait (one
+    sync per FLUSH: somebody waits for it) and never with fsync=ignore."""
+    ctl.sync ()
+    s0 = ctl.status ()["syncs"]
+    for _ in range (3):
+        h.flush ()
+    n = ctl.status ()["syncs"] - s0
+    M.log ("fsync=%s: 3 FLUSHes on a clean device made %d syncs"
+           % ("wait" if wait else "ignore", n))
+    if wait and n < 3:
+        M.fail ("fsync=wait: 3 FLUSHes made only %d syncs of the store" % n)
+    if not wait and n != 0:
+        M.fail ("fsync=ignore: 3 FLUSHes made %d syncs of the store" % n)
 
 def body ():
     rng = random.Random ("%s-%s" % (seed, phase))
@@ -76,6 +95,7 @@ def body ():
                 m.write (off, data)
             m.check_file (back, "backing file after FUA request %d" % i)
         M.log ("fsync=wait: FLUSH and FUA data was in the file every time")
+        flushes_sync (ctl, h, True)
 
     else:
         data = rng.randbytes (2 * MiB)
@@ -94,6 +114,7 @@ def body ():
                "the file then (informational)" % (dt, same, len (data) // 4096))
         ctl.sync ()
         m.check_file (back, "backing file after control sync")
+        flushes_sync (ctl, h, False)
 
     m.check_nbd (h, "device")
     h.shutdown ()

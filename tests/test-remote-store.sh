@@ -5,7 +5,9 @@
 # block status, 8 threads at once, status fields; connections chosen
 # from multi-conn, or forced; WRITE_ZEROES and block status missing; the
 # server killed and restarted (EIO while offline, reconnect, flush that
-# reports lost unflushed writes); qemu-nbd and nbd-server.
+# reports lost unflushed writes; with tests/faultdisk-plugin.c: a FLUSH
+# queued for a connection lost before it was sent, and two flushes
+# after a loss); qemu-nbd and nbd-server.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/remote-functions.sh"
@@ -35,10 +37,11 @@ CONNECTIONS=3 EXPECT_CONNECTIONS=3 EXPECT_ZERO=0 EXPECT_EXTENTS=0 \
     "$prog" "$m3_uri" "$size"
 kill_remote m3
 
-# A file-backed server killed with SIGKILL and restarted on the same
-# socket: the data survives in the file, the store reconnects.
+# A file-backed server (faultdisk, which writes straight to its file)
+# killed with SIGKILL and restarted on the same socket: the data
+# survives in the file, the store reconnects.
 truncate -s "$size" "$TMP/f.img"
-start_remote f file "$TMP/f.img"
+start_faultdisk f "$TMP/f.img"
 # The test program runs these two with system(3).
 cat >"$TMP/kill.sh" <<KILL
 #!/bin/bash
@@ -51,15 +54,23 @@ while [ -r /proc/\$pid/stat ] &&
 done
 rm -f $TMP/f.rsock
 KILL
+envq=
+[ ${#nbdkit_env[@]} -eq 0 ] || envq=$(printf '%q ' "${nbdkit_env[@]}")
 cat >"$TMP/start.sh" <<START
 #!/bin/bash
-nbdkit -U $TMP/f.rsock -P $TMP/f.rpid file $TMP/f.img
+$envq nbdkit -U $TMP/f.rsock -P $TMP/f.rpid \\
+    $FAULTDISK file=$TMP/f.img dir=$f_fd
 while [ ! -S $TMP/f.rsock ]; do sleep 0.05; done
 START
 chmod +x "$TMP/kill.sh" "$TMP/start.sh"
-KILL_CMD="$TMP/kill.sh" START_CMD="$TMP/start.sh" "$prog" "$f_uri" "$size"
+# A restarted server daemonizes: stop it even if the test fails.
+cleanup_fn bash -c 'kill -9 "$(cat "$1")" 2>/dev/null; true' _ "$TMP/f.rpid"
+# faultdisk reports no holes.
+EXPECT_EXTENTS=0 KILL_CMD="$TMP/kill.sh" START_CMD="$TMP/start.sh" FAULTDISK_DIR="$f_fd" \
+    "$prog" "$f_uri" "$size"
 # The restarted server daemonized itself: stop it by its pid file.
 kill "$(cat "$TMP/f.rpid")" 2>/dev/null || true
+remote_log_clean f
 
 if command -v qemu-nbd >/dev/null; then
     truncate -s "$size" "$TMP/q.img"

@@ -13,6 +13,11 @@
  *   KILL_CMD, START_CMD  shell commands that kill and restart the
  *                        server (data must survive); enables the
  *                        reconnect checks
+ *   FAULTDISK_DIR=DIR    the server is tests/faultdisk-plugin.c with
+ *                        dir=DIR (needs KILL_CMD and START_CMD too):
+ *                        enables the checks that need a server holding
+ *                        a FLUSH, and those that lose a connection at a
+ *                        chosen moment (through the store's log)
  *
  * Every check compares data against a model kept in memory.
  */
@@ -20,6 +25,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -240,28 +246,40 @@ test_threads (void)
 }
 
 static void
-status (char *buf, size_t len, bool json)
+status_of (struct rb_store *st, char *buf, size_t len, bool json)
 {
   size_t n;
 
-  CHECK (s->ops->status != NULL);
-  n = s->ops->status (s, json, buf, len);
+  CHECK (st->ops->status != NULL);
+  n = st->ops->status (st, json, buf, len);
   CHECK (n < len);
   buf[n] = '\0';
 }
 
+static void
+status (char *buf, size_t len, bool json)
+{
+  status_of (s, buf, len, json);
+}
+
 static uint64_t
-status_num (const char *key)
+status_num_of (struct rb_store *st, const char *key)
 {
   char buf[2048], pat[64];
   const char *p;
 
-  status (buf, sizeof buf, false);
+  status_of (st, buf, sizeof buf, false);
   snprintf (pat, sizeof pat, "%s: ", key);
   p = strstr (buf, pat);
   if (p == NULL)
     FAIL ("status has no %s:\n%s", key, buf);
   return strtoull (p + strlen (pat), NULL, 10);
+}
+
+static uint64_t
+status_num (const char *key)
+{
+  return status_num_of (s, key);
 }
 
 static void
@@ -391,6 +409,264 @@ test_reconnect (void)
   free (buf);
 }
 
+
+/* ---- Losing a connection at a chosen moment ----
+ *
+ * faultdisk commands (FAULTDISK_DIR): see the top of faultdisk-plugin.c.
+ * Returns the value of 'key' in the reply (0 if absent); an error reply
+ * or no reply within 30 s fails the test.
+ */
+static uint64_t
+fd_cmd (const char *cmd, const char *key)
+{
+  static int seq;
+  const char *dir = getenv ("FAULTDISK_DIR");
+  char tmp[4096], path[4096], rep[4096], buf[4096], pat[64];
+  const char *p;
+  ssize_t n;
+  int fd, i;
+
+  CHECK (dir != NULL);
+  seq++;
+  snprintf (tmp, sizeof tmp, "%s/t%d-%04d.tmp", dir, (int) getpid (), seq);
+  snprintf (path, sizeof path, "%s/t%d-%04d.cmd", dir, (int) getpid (), seq);
+  snprintf (rep, sizeof rep, "%s/t%d-%04d.reply", dir, (int) getpid (), seq);
+  fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK (fd >= 0);
+  CHECK (write (fd, cmd, strlen (cmd)) == (ssize_t) strlen (cmd));
+  close (fd);
+  CHECK (rename (tmp, path) == 0);
+  for (i = 0; i < 3000 && (fd = open (rep, O_RDONLY)) == -1; i++)
+    sleep_ms (10);
+  if (fd == -1)
+    FAIL ("faultdisk: no reply to '%s'", cmd);
+  n = read (fd, buf, sizeof buf - 1);
+  close (fd);
+  unlink (rep);
+  CHECK (n > 0);
+  buf[n] = '\0';
+  if (strncmp (buf, "ok\n", 3) != 0)
+    FAIL ("faultdisk: '%s': %s", cmd, buf);
+  if (key == NULL)
+    return 0;
+  snprintf (pat, sizeof pat, "\n%s=", key);
+  p = strstr (buf, pat);
+  return p ? strtoull (p + strlen (pat), NULL, 10) : 0;
+}
+
+/* The store's log, watched so that a test can act at the moment a
+ * connection is found dead: store-nbd.c logs "connection N to URI
+ * lost: ..." on the connection's thread before it marks the connection
+ * down.  While armed, the first such line holds that thread there until
+ * the test says go.  Set once before any store exists; the state is
+ * behind sink_lock.
+ */
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sink_cond = PTHREAD_COND_INITIALIZER;
+static enum { SINK_IDLE, SINK_ARMED, SINK_HOLDING, SINK_GO } sink_state;
+
+static void
+log_sink (enum rb_log_level level, const char *msg)
+{
+  fprintf (stderr, "ramback: %s\n", msg);
+  pthread_mutex_lock (&sink_lock);
+  if (sink_state == SINK_ARMED && strstr (msg, " lost: ") != NULL) {
+    sink_state = SINK_HOLDING;
+    pthread_cond_broadcast (&sink_cond);
+    while (sink_state == SINK_HOLDING)
+      pthread_cond_wait (&sink_cond, &sink_lock);
+    sink_state = SINK_IDLE;
+  }
+  pthread_mutex_unlock (&sink_lock);
+}
+
+static void
+sink_wait_holding (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_REALTIME, &ts);
+  ts.tv_sec += 30;
+  pthread_mutex_lock (&sink_lock);
+  while (sink_state != SINK_HOLDING)
+    if (pthread_cond_timedwait (&sink_cond, &sink_lock, &ts) == ETIMEDOUT)
+      FAIL ("the connection was not found lost within 30 s");
+  pthread_mutex_unlock (&sink_lock);
+}
+
+static void
+sink_set (int state)
+{
+  pthread_mutex_lock (&sink_lock);
+  sink_state = state;
+  pthread_cond_broadcast (&sink_cond);
+  pthread_mutex_unlock (&sink_lock);
+}
+
+struct flusher {
+  pthread_t t;
+  struct rb_store *st;
+  int r, err;
+  char msg[256];
+  bool done;                  /* atomic */
+};
+
+static void *
+flusher_main (void *vp)
+{
+  struct flusher *f = vp;
+
+  f->r = f->st->ops->flush (f->st);
+  f->err = errno;
+  snprintf (f->msg, sizeof f->msg, "%s",
+            f->r == 0 ? "" : rb_get_error ());
+  rb_atomic_store (&f->done, true);
+  return NULL;
+}
+
+static void
+flush_start (struct flusher *f, struct rb_store *st)
+{
+  f->st = st;
+  f->done = false;
+  CHECK (pthread_create (&f->t, NULL, flusher_main, f) == 0);
+}
+
+/* A store of one connection, with one acknowledged write not yet
+ * flushed (at 'off', from the model).
+ */
+static struct rb_store *
+open_one_with_unflushed (const char *uri, uint64_t off, uint64_t seed)
+{
+  struct rb_store_params p = {
+    .uri = uri, .connections = 1, .tls_verify_peer = -1,
+  };
+  struct rb_store *st = rb_store_open (&p);
+  struct rb_io io = {
+    .op = RB_IO_WRITE, .buf = model + off, .count = 65536, .offset = off,
+  };
+
+  if (st == NULL)
+    FAIL ("open %s: %s", uri, rb_get_error ());
+  fill (model + off, 65536, &seed);
+  CHECK (st->ops->submit (st, &io, 1) == 0);
+  return st;
+}
+
+/* Write the model's range again and flush: the caller's answer to a
+ * failed flush.  A flush may fail once more (a loss reported late is
+ * reported, not hidden); it must work within a few tries.
+ */
+static void
+rewrite_and_flush (struct rb_store *st, uint64_t off)
+{
+  struct rb_io io;
+  int i;
+
+  for (i = 0; i < 5; i++) {
+    io = (struct rb_io) {
+      .op = RB_IO_WRITE, .buf = model + off, .count = 65536, .offset = off,
+    };
+    if (st->ops->submit (st, &io, 1) == 0 && st->ops->flush (st) == 0)
+      return;
+  }
+  FAIL ("flush after writing again: %s", rb_get_error ());
+}
+
+/* A FLUSH queued for a connection that is lost before the FLUSH is
+ * sent must not be sent on the connection that replaces it: it would
+ * cover none of the lost connection's writes, yet succeed.  The log
+ * sink holds the connection's thread at "lost" (still counted up), a
+ * flush is queued on it, then the thread goes on and reconnects.
+ */
+static void
+test_flush_pinned (const char *uri)
+{
+  const char *kill_cmd = getenv ("KILL_CMD");
+  const char *start_cmd = getenv ("START_CMD");
+  struct rb_store *s1;
+  struct flusher f;
+  int i;
+
+  s1 = open_one_with_unflushed (uri, 12 * MiB, 77);
+  sink_set (SINK_ARMED);
+  CHECK (system (kill_cmd) == 0);
+  sink_wait_holding ();
+  CHECK (system (start_cmd) == 0);
+  flush_start (&f, s1);
+  for (i = 0; i < 3000 && status_num_of (s1, "store_queued") == 0; i++)
+    sleep_ms (10);
+  CHECK (status_num_of (s1, "store_queued") > 0);
+  sink_set (SINK_GO);
+  pthread_join (f.t, NULL);
+  if (f.r == 0)
+    FAIL ("a FLUSH queued for a connection lost with an unflushed write "
+          "was sent on the new connection and succeeded");
+  CHECK (f.err == EIO);
+  printf ("flush queued for a lost connection: %s\n", f.msg);
+  /* Failed by its pin, not by luck (the loss came after it began). */
+  CHECK (strstr (f.msg, "lost before it was sent") != NULL);
+  rewrite_and_flush (s1, 12 * MiB);
+  rb_store_close (s1);
+  printf ("flush pinned to its connection: ok\n");
+}
+
+/* After a connection is lost with unflushed writes, every flush that
+ * started before that was reported (by a flush returning the error)
+ * fails, not just the first to look.  The server holds the first
+ * flush's FLUSH so that the second starts while the first is running.
+ */
+static void
+test_flush_every_after_loss (const char *uri)
+{
+  const char *kill_cmd = getenv ("KILL_CMD");
+  const char *start_cmd = getenv ("START_CMD");
+  struct rb_store *s1;
+  struct flusher f1;
+  uint8_t buf[4096];
+  struct rb_io io;
+  int i, r2, err2;
+
+  s1 = open_one_with_unflushed (uri, 13 * MiB, 78);
+  CHECK (system (kill_cmd) == 0);
+  CHECK (system (start_cmd) == 0);
+  /* Back: a read works (the loss has been seen by then). */
+  for (i = 0; i < 300; i++) {
+    io = (struct rb_io) {
+      .op = RB_IO_READ, .buf = buf, .count = 4096, .offset = 0,
+    };
+    if (status_num_of (s1, "store_disconnects") > 0 &&
+        s1->ops->submit (s1, &io, 1) == 0)
+      break;
+    sleep_ms (100);
+  }
+  CHECK (io.err == 0);
+
+  fd_cmd ("stall flush", NULL);
+  flush_start (&f1, s1);
+  for (i = 0; i < 3000; i++) {
+    if (rb_atomic_load (&f1.done) || fd_cmd ("status", "held") > 0)
+      break;
+    sleep_ms (10);
+  }
+  if (rb_atomic_load (&f1.done))
+    fd_cmd ("release all", NULL);     /* never sent: disarm the stall */
+  r2 = s1->ops->flush (s1);
+  err2 = errno;
+  fd_cmd ("release all apply", NULL);
+  pthread_join (f1.t, NULL);
+  CHECK (f1.r == -1 && f1.err == EIO);
+  printf ("first flush after a loss: %s\n", f1.msg);
+  if (r2 == 0)
+    FAIL ("a flush that started before the loss of unflushed writes was "
+          "reported succeeded");
+  CHECK (err2 == EIO);
+  printf ("two flushes after a loss: both fail (%s)\n", rb_get_error ());
+  rewrite_and_flush (s1, 13 * MiB);
+  rb_store_close (s1);
+  printf ("every flush after a loss: ok\n");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -403,6 +679,7 @@ main (int argc, char *argv[])
     exit (EXIT_FAILURE);
   }
   setvbuf (stdout, NULL, _IOLBF, 0);
+  rb_set_log (log_sink);
   p.uri = argv[1];
   p.connections = env_int ("CONNECTIONS", 0);
   size = strtoull (argv[2], NULL, 0);
@@ -450,8 +727,13 @@ main (int argc, char *argv[])
   printf ("status: %s\n", buf);
 
   test_reconnect ();
-
   rb_store_close (s);
+
+  if (getenv ("FAULTDISK_DIR")) {
+    test_flush_pinned (p.uri);
+    test_flush_every_after_loss (p.uri);
+  }
+
   free (model);
   printf ("all ok\n");
   return 0;

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: resuming from a RAM image file after a crash or a clean stop.
+ *
+ * With ram= (ramimage.h, format 2) the chunk state map and the NB ("not
+ * durable") bitmap live in the file, which outlives the process: a
+ * kill -9, an OOM kill or an upgrade leaves them, and the image, in
+ * shared memory.  This file owns what makes them trustworthy at that
+ * moment, and what a start does with them.
+ *
+ * The invariant, at every instant, for every chunk c that is not EMPTY:
+ *
+ *   if RAM[c] may differ from what the backing store durably holds,
+ *   then state[c] is DIRTY or ZERO, or NB[c] is set.
+ *
+ * (EMPTY chunks are never trusted: a resume loads them from the store,
+ * whatever NB says.)  Everything that changes RAM or the store keeps it:
+ *
+ *   - A writer in writeback mode (io.c) moves the chunks it changes to
+ *     DIRTY/ZERO *before* the first byte of RAM changes, and again after
+ *     (the post-copy move is what makes the flusher race safe: the
+ *     flusher moves DIRTY -> CLEAN before it captures the data).  Fully
+ *     covered EMPTY chunks stay EMPTY until the copy is complete: a copy
+ *     cut short by a crash then leaves them EMPTY, to be loaded again,
+ *     rather than DIRTY with a mixture of new data and stale RAM.  The
+ *     move is an atomic read-modify-write, ordered before the copy.
+ *   - A writethrough write sets NB on its chunks before it changes RAM;
+ *     the chunk may stay CLEAN in the map.
+ *   - The flusher sets NB on a run's chunks before it moves them
+ *     DIRTY -> CLEAN.
+ *   - NB is retired (rb_nb_retire) only after a successful sync, for
+ *     the chunks of the extents that sync covered, and only for a chunk
+ *     that is CLEAN now, has no store write in flight, and is in no
+ *     newer unsynced extent (written again after the sync began).  For
+ *     each run of such chunks it takes an RL_STORE range, which waits
+ *     for the flusher and writethrough stores in flight over it and
+ *     holds off new ones; under it a chunk can only leave CLEAN through
+ *     a writeback writer, which has made it DIRTY (persistently) before
+ *     it copies, so clearing NB at that moment is harmless.  A failed
+ *     sync retires nothing (flush.c re-dirties what it covered).
+ *
+ * Why after a sync and not after the write: the store's own cache (the
+ * page cache of a file, an NBD server's) survives our process, but a
+ * write-back error may drop it (fsyncgate), and an NBD server may drop
+ * unflushed writes when our connection dies.
+ *
+ * At start (rb_resume_map), for a resumed map: EMPTY chunks lose their
+ * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
+ * cut short by the crash may have left old bytes under a ZERO state);
+ * CLEAN chunks with NB become DIRTY.  The flusher then writes back every
+ * DIRTY and ZERO chunk, as always, while I/O is served from the start.
+ * A clean stop (rb_nb_clear_all) clears NB: everything is synced.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "error.h"
+#include "internal.h"
+
+#define NB_BIT(c) (UINT64_C (1) << ((c) % 64))
+
+void
+rb_nb_set (struct rb *rb, uint64_t c, uint64_t n)
+{
+  uint64_t end = c + n;
+
+  while (c < end) {
+    uint64_t w = c / 64, lo = c % 64;
+    uint64_t hi = end - w * 64 < 64 ? end - w * 64 : 64;
+    uint64_t m = (hi == 64 ? ~UINT64_C (0) : (UINT64_C (1) << hi) - 1) &
+      (~UINT64_C (0) << lo);
+
+    /* A sequentially consistent RMW even when the bits are set
+     * already: ordered before the caller's next step (the move to
+     * CLEAN, the copy into RAM), as a fence would be, and unlike a
+     * standalone fence something ThreadSanitizer understands.
+     */
+    rb_atomic_or (&rb->nb[w], m);
+    c = (w + 1) * 64;
+  }
+}
+
+static bool
+nb_test (struct rb *rb, uint64_t c)
+{
+  return (rb_atomic_load (&rb->nb[c / 64]) & NB_BIT (c)) != 0;
+}
+
+static void
+nb_clear (struct rb *rb, uint64_t c)
+{
+  if (nb_test (rb, c))
+    rb_atomic_and (&rb->nb[c / 64], ~NB_BIT (c));
+}
+
+void
+rb_nb_clear_all (struct rb *rb)
+{
+  if (rb->nb)
+    memset (rb->nb, 0, (rb->nchunks + 63) / 64 * sizeof (uint64_t));
+}
+
+/* A chunk span [first, end). */
+struct span {
+  uint64_t first, end;
+};
+
+static int
+cmp_span (const void *a, const void *b)
+{
+  const struct span *x = a, *y = b;
+
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Extents (byte ranges) as sorted, merged chunk spans; *n gets their
+ * number.  NULL (and *n = 0) if there are none or no memory.
+ */
+static struct span *
+to_spans (struct rb *rb, const struct rb_extent *v, size_t len, size_t *n)
+{
+  struct span *s;
+  size_t i, k = 0;
+
+  *n = 0;
+  if (len == 0 || (s = malloc (len * sizeof *s)) == NULL)
+    return NULL;
+  for (i = 0; i < len; i++) {
+    s[i].first = chunk_of (rb, v[i].offset);
+    s[i].end = chunk_of (rb, v[i].offset + v[i].count - 1) + 1;
+  }
+  qsort (s, len, sizeof *s, cmp_span);
+  for (i = 1; i < len; i++) {
+    if (s[i].first <= s[k].end) {
+      if (s[i].end > s[k].end)
+        s[k].end = s[i].end;
+    }
+    else
+      s[++k] = s[i];
+  }
+  *n = k + 1;
+  return s;
+}
+
+/* First span of the sorted, disjoint v[0..n) that ends after c. */
+static size_t
+span_after (const struct span *v, size_t n, uint64_t c)
+{
+  size_t lo = 0, hi = n;
+
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (v[mid].end <= c)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+#define RETIRE_BATCH 64
+
+void
+rb_nb_retire (struct rb *rb, const struct rb_extents *synced)
+{
+  struct span *spans, *newer = NULL;
+  struct rl_node nodes[RETIRE_BATCH];
+  size_t nspans, i, j, k, nnewer = 0;
+
+  if (rb->nb == NULL)
+    return;
+  spans = to_spans (rb, synced->v, synced->len, &nspans);
+  if (spans == NULL)
+    return;                     /* nothing, or no memory: NB stays, safe */
+
+  for (i = 0; i < nspans; i += k) {
+    k = nspans - i < RETIRE_BATCH ? nspans - i : RETIRE_BATCH;
+    for (j = 0; j < k; j++) {
+      uint64_t off = chunk_offset (rb, spans[i + j].first);
+      nodes[j] = (struct rl_node) {
+        .start = off,
+        .end = off + chunks_bytes (rb, spans[i + j].first,
+                                   spans[i + j].end - spans[i + j].first),
+        .kind = RL_STORE,
+      };
+    }
+    /* Wait for the stores in flight over these chunks; hold off new
+     * ones.  Then what was written since the sync began is in the
+     * unsynced list, and nothing more can be added to it here.
+     */
+    rangelock_acquire_batch (&rb->rl, nodes, k);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      free (newer);
+      newer = to_spans (rb, rb->unsynced.v, rb->unsynced.len, &nnewer);
+      if (newer == NULL && rb->unsynced.len > 0)
+        nnewer = SIZE_MAX;      /* no memory: retire nothing */
+    }
+    for (j = 0; j < k && nnewer != SIZE_MAX; j++) {
+      uint64_t c = spans[i + j].first, end = spans[i + j].end;
+      size_t x = span_after (newer, nnewer, c);
+
+      for (; c < end; c++) {
+        while (x < nnewer && newer[x].end <= c)
+          x++;
+        if (x < nnewer && newer[x].first <= c)
+          continue;             /* written again since: not yet */
+        if (chunkmap_get (&rb->map, c) == CS_CLEAN)
+          nb_clear (rb, c);
+      }
+    }
+    for (j = 0; j < k; j++)
+      rangelock_release (&rb->rl, &nodes[j]);
+  }
+  free (newer);
+  free (spans);
+}
+
+/* Does the state word hold a ZERO chunk? */
+static bool
+word_has_zero (uint64_t word)
+{
+  return (word & (word >> 1) & UINT64_C (0x5555555555555555)) != 0;
+}
+
+void
+rb_resume_map (struct rb *rb)
+{
+  uint64_t w, nwords = rb->map.nwords, to_write, c;
+
+  if (rb->ram.rewrite_all)
+    chunkmap_move (&rb->map, 0, rb->nchunks, CS_BIT (CS_CLEAN), CS_DIRTY,
+                   NULL);
+  for (w = 0; w < nwords; w++) {
+    uint64_t word = rb->map.words[w];
+    uint32_t nb = rb->nb[w / 2] >> (w % 2 * 32);
+    uint64_t first = w * 32, last = first + 32;
+
+    if (nb == 0 && !word_has_zero (word))
+      continue;
+    if (last > rb->nchunks)
+      last = rb->nchunks;
+    for (c = first; c < last; c++) {
+      switch (chunkmap_get (&rb->map, c)) {
+      case CS_EMPTY:
+        nb_clear (rb, c);       /* never trusted: populated */
+        break;
+      case CS_CLEAN:
+        if (nb_test (rb, c))
+          chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+        break;
+      case CS_ZERO: {
+        uint64_t off = chunk_offset (rb, c);
+        ramimage_zero (&rb->ram, off, chunks_bytes (rb, c, 1));
+        break;
+      }
+      case CS_DIRTY:
+        break;
+      }
+    }
+  }
+  to_write = chunkmap_dirty (&rb->map);
+  rb->resumed_chunks = chunkmap_loaded (&rb->map);
+  rb->resumed_to_write = to_write;
+  rb_log ("resume: %" PRIu64 " of %" PRIu64 " chunks taken from the RAM "
+          "image, %" PRIu64 " of them to write back, %" PRIu64 " to load "
+          "from the backing store", rb->resumed_chunks, rb->nchunks,
+          to_write, rb->nchunks - rb->resumed_chunks);
+}

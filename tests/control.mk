@@ -1,0 +1,9 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Tests of the control socket (plugin/control-server.c, lib/control.c)
+# on the wire, against the real plugin.
+control_tests = \
+	test-control-protocol.sh \
+	test-control-socket.sh \
+	$(NULL)
+TESTS += $(control_tests)
+EXTRA_DIST += $(control_tests)
