@@ -18,7 +18,8 @@
  * thread model are only known then.  So:
  *
  *   .config            ramback's own keys are parsed by plugin/params.c;
- *                      back= is refused (the plugin is the store);
+ *                      back= is refused (the plugin is the store), and
+ *                      request-timeout= (the plugin form's NBD store's);
  *                      every other key goes down the chain, so size=,
  *                      tls-*= and the like reach the plugin that owns
  *                      them (nbdkit --filter=ramback memory 1G works)
@@ -54,8 +55,10 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -76,10 +79,34 @@ static bool read_only;
  * plugin below is the store and has its own.
  */
 static const char *const own_keys[] = {
-  "ram", "chunk", "mode", "fsync", "dirty-max", "ups-window",
+  "ram", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
   "populate-rate", "flush-rate", "populate", "overcommit", "trace",
   "control", "connections", "inflight", NULL
 };
+
+/* What stands for back= in a ram= image (ramimage.h): the parameters
+ * given to the plugin below, "(plugin) key=value ...", with the value
+ * of an existing path made absolute and canonical, and a password never
+ * written down.  A RAM image is resumed only onto a plugin given the
+ * same parameters (and of the same size).
+ */
+static char plugin_id[1024] = "(plugin)";
+
+static void
+plugin_id_add (const char *key, const char *value)
+{
+  size_t used = strlen (plugin_id);
+  char *real = NULL;
+
+  if (strstr (key, "password") != NULL)
+    value = "(hidden)";
+  else if (*value && access (value, F_OK) == 0 &&
+           (real = nbdkit_realpath (value)) != NULL)
+    value = real;
+  snprintf (plugin_id + used, sizeof plugin_id - used, " %s=%s",
+            key, value);
+  free (real);
+}
 
 static bool
 own_key (const char *key)
@@ -109,8 +136,16 @@ ramback_filter_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                   "to the plugin form (nbdkit ramback back=...)", value);
     return -1;
   }
+  if (strcmp (key, "request-timeout") == 0) {
+    nbdkit_error ("request-timeout=%s: applies to the NBD backing store of "
+                  "the plugin form (nbdkit ramback back=nbd://...); the "
+                  "filter calls the plugin below it, which has its own "
+                  "timeouts if any", value);
+    return -1;
+  }
   if (own_key (key))
     return ramback_config_key (key, value);
+  plugin_id_add (key, value);
   return next (nxdata, key, value);
 }
 
@@ -125,9 +160,8 @@ ramback_filter_config_complete (nbdkit_next_config_complete *next,
                   "plugin at once", c->store.max_inflight, MAX_INFLIGHT);
     return -1;
   }
-  if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
-    nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
-                  "write back bandwidth", c->ups_window);
+  if (ramback_config_check_common () == -1)
+    return -1;
   return next (nxdata);
 }
 
@@ -166,7 +200,7 @@ ramback_filter_after_fork (nbdkit_backend *backend)
   if (read_only)
     nbdkit_debug ("ramback: the plugin is read-only: serving a read-only "
                   "export");
-  cfg.store.uri = NULL;
+  cfg.store.uri = plugin_id;
   cfg.store.read_only = read_only;
   cfg.store_override = s;     /* rb_open owns it from here, even on error */
   if (ramback_glue_open (&cfg, "the plugin below the filter") == -1)
@@ -350,7 +384,8 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
 }
 
 #define ramback_filter_config_help \
-  "ram=PATH                File on tmpfs/hugetlbfs for the RAM image.\n" \
+  "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
+  "resume=auto|discard|force  What to do with an existing ram= image.\n" \
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \
   "fsync=ignore|wait       Whether FLUSH/FUA wait for the plugin.\n" \
@@ -359,7 +394,7 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
   "populate=true|false     Populate in the background (default true).\n" \
-  "overcommit=true         Allow a device larger than RAM.\n" \
+  "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \
   "connections=N           Contexts opened into the plugin.\n" \

@@ -14,11 +14,13 @@ extern bool ramback_trace;
 
 extern int ramback_config_key (const char *key, const char *value);
 extern int ramback_config_check (void);
+extern int ramback_config_check_common (void);
 extern void ramback_config_free (void);
 
 #define ramback_config_help \
   "back=PATH|NBD-URI     (required) The backing store.\n" \
-  "ram=PATH                File on tmpfs/hugetlbfs for the RAM image.\n" \
+  "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
+  "resume=auto|discard|force  What to do with an existing ram= image.\n" \
   "size=SIZE               Create a missing backing file of this size.\n" \
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \
@@ -28,10 +30,11 @@ extern void ramback_config_free (void);
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
   "populate=true|false     Populate in the background (default true).\n" \
-  "overcommit=true         Allow a device larger than RAM.\n" \
+  "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \
   "tls-certificates=DIR tls-psk=FILE tls-username=NAME tls-verify=BOOL\n" \
-  "connections=N inflight=N   NBD backing store options."
+  "connections=N inflight=N request-timeout=SECONDS\n" \
+  "                        NBD backing store only."
 
 #endif /* RAMBACK_PLUGIN_PARAMS_H */

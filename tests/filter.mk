@@ -40,6 +40,7 @@ filter_tests = \
 	test-filter-caps.sh \
 	test-filter-memory.sh \
 	test-filter-ssh.sh \
+	test-filter-resume.sh \
 	$(NULL)
 TESTS += $(filter_tests)
 EXTRA_DIST += $(filter_tests) \

@@ -78,6 +78,11 @@ expect_fail_cmd "back= given to the filter" "takes no back= parameter.*--filter=
     "${f[@]}" file "$back" back="$back"
 expect_fail_cmd "inflight= above 64" "inflight=100.*at most 64" \
     "${f[@]}" file "$back" inflight=100
+expect_fail_cmd "request-timeout= given to the filter" \
+    "request-timeout=30.*NBD backing store of the plugin form" \
+    "${f[@]}" file "$back" request-timeout=30
+expect_fail_cmd "resume= without ram=" "resume= only applies with ram=" \
+    "${f[@]}" file "$back" resume=discard
 expect_fail_cmd "fsync=wait, plugin without flush" "fsync=wait.*cannot flush" \
     "${f[@]}" pattern size=8M fsync=wait
 expect_fail_cmd "chunk= below the plugin's minimum block size" \
@@ -94,7 +99,8 @@ expect_fail "back= a directory"    "directory|not a regular file|use dir=" back=
 # Options of an NBD backing store, given with a file: refused, not
 # ignored.  In the filter form tls-*= are the plugin's (the nbd plugin
 # has the same ones) and the file plugin refuses them; connections= and
-# inflight= are the filter's own there (contexts into the plugin).
+# inflight= are the filter's own there (contexts into the plugin), and
+# the filter refuses request-timeout= (above).
 nbd_only="tls-certificates=/etc/ssl tls-psk=/etc/psk tls-username=alice
           tls-verify=false"
 [ "$RAMBACK_FORM" = filter ] ||
