@@ -6,7 +6,15 @@
 #    turns back=FILE into "file FILE" and back=NBD-URI into "nbd uri=").
 #    Each test-X.filter is a generated one-line stub that runs
 #    test-X.sh so; its log is test-X.log (test-X.sh.log is the plugin
-#    form's).
+#    form's).  The tests whose assertions are about the store: what
+#    the filter changes is the store (the plugin below), the rest is
+#    the same core and glue.  test-mode-toggle and test-fsync-wait run
+#    their store half only in the filter form; test-ups-window,
+#    test-fio and test-enospc run in the plugin form only (the core's
+#    rate, a client's random I/O, and a store error that
+#    test-error-backing covers with the error filter), and the nbd
+#    plugin is tested over qemu-nbd (test-remote-nbd-server adds
+#    nothing the filter form would do differently).
 filter_form_tests = \
 	test-model.filter \
 	test-populate.filter \
@@ -16,11 +24,7 @@ filter_form_tests = \
 	test-bad-input.filter \
 	test-error-backing.filter \
 	test-sigterm-drain.filter \
-	test-ups-window.filter \
-	test-fio.filter \
-	test-enospc.filter \
 	test-remote-qemu-nbd.filter \
-	test-remote-nbd-server.filter \
 	$(NULL)
 TESTS += $(filter_form_tests)
 CLEANFILES += $(filter_form_tests)
