@@ -24,8 +24,10 @@
  *                      tls-*= and the like reach the plugin that owns
  *                      them (nbdkit --filter=ramback memory 1G works)
  *   .config_complete   our checks, then the plugin's
- *   .get_ready         remember the final thread model; bind control=
- *                      (a bad path fails before the fork)
+ *   .get_ready         remember the final thread model; claim the
+ *                      plugin's file= files as the plugin form claims
+ *                      back= (claim.c); bind control= (a bad path fails
+ *                      before the fork)
  *   .after_fork        open the store (contexts into the plugin, its
  *                      capabilities, workers), refuse what cannot work
  *                      (fsync=wait on a plugin that cannot flush), then
@@ -67,6 +69,7 @@
 #include "glue.h"
 #include "control-server.h"
 #include "store-next.h"
+#include "claim.h"
 
 /* Requests in flight to the plugin at once: one worker thread each. */
 #define MAX_INFLIGHT 64
@@ -145,6 +148,8 @@ ramback_filter_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   }
   if (own_key (key))
     return ramback_config_key (key, value);
+  if (strcmp (key, "file") == 0 && claim_add (value) == -1)
+    return -1;
   plugin_id_add (key, value);
   return next (nxdata, key, value);
 }
@@ -165,10 +170,31 @@ ramback_filter_config_complete (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
+static void
+ramback_filter_unload (void)
+{
+  claim_release ();
+}
+
+/* Before the fork, as in the plugin form: the backing files are claimed
+ * (claim.h) and control= is bound, so that either fails at startup.
+ */
 static int
 ramback_filter_get_ready (int model)
 {
+  const char *back;
+
   thread_model = model;
+  if (claim_all () == -1)
+    return -1;
+  if (ramback_params.ram && (back = claim_find (ramback_params.ram))) {
+    nbdkit_error ("ram=%s is the backing store itself (the same file as "
+                  "file=%s): the RAM image would overwrite the data it "
+                  "caches; give ram= a file of its own on a memory file "
+                  "system, e.g. ram=/dev/shm/NAME.ramimg (ramback creates "
+                  "it)", ramback_params.ram, back);
+    return -1;
+  }
   return ramback_glue_bind ();
 }
 
@@ -405,6 +431,7 @@ static struct nbdkit_filter filter = {
   .name               = "ramback",
   .longname           = "nbdkit ramback filter: RAM in front of any plugin, written back to it",
   .load               = ramback_filter_load,
+  .unload             = ramback_filter_unload,
   .config             = ramback_filter_config,
   .config_complete    = ramback_filter_config_complete,
   .config_help        = ramback_filter_config_help,

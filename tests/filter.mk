@@ -45,6 +45,7 @@ filter_tests = \
 	test-filter-memory.sh \
 	test-filter-ssh.sh \
 	test-filter-resume.sh \
+	test-filter-claim.sh \
 	$(NULL)
 TESTS += $(filter_tests)
 EXTRA_DIST += $(filter_tests) \
