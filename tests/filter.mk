@@ -35,7 +35,7 @@ FILTER_LOG_COMPILER = /bin/sh
 .sh.filter:
 	$(AM_V_GEN)printf '%s\n' '#!/bin/sh' \
 	  '# Generated from tests/filter.mk: $(<F) against the filter form.' \
-	  'RAMBACK_FORM=filter exec /bin/bash "$(abs_srcdir)/$(<F)" "$$@"' \
+	  'RAMBACK_FORM=filter RAMBACK_TEST_NAME=$(@F) exec /bin/bash "$(abs_srcdir)/$(<F)" "$$@"' \
 	  >$@-t && mv $@-t $@
 
 # 2. Tests of the filter form only: capabilities that follow the
