@@ -10,7 +10,7 @@
  *   sumbits.c    those hints
  *   rangelock.c  ordered range locks: the rule that closes the seed's
  *                populate race and flush race
- * through the kernel shim env-kernel.h.
+ * through the kernel shim lib/env/kernel/env-impl.h.
  *
  * Files:  rbk-target.c  table, map, status, messages, suspend/resume
  *         rbk-io.c      the RAM image, backing I/O, the slow paths

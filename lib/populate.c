@@ -35,7 +35,7 @@ rb_check_populated (struct rb *rb)
   if (rb_atomic_load (&rb->populated) ||
       chunkmap_loaded (&rb->map) < rb->nchunks)
     return;
-  if (__atomic_exchange_n (&rb->populated, true, __ATOMIC_SEQ_CST))
+  if (rb_atomic_xchg (&rb->populated, true))
     return;
   rb_log ("populated: all %" PRIu64 " chunks are in RAM", rb->nchunks);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

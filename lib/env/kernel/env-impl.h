@@ -2,11 +2,13 @@
 /*
  * ramback: the OS shim (lib/env.h) for the Linux kernel.
  *
- * lib/env.h includes this file instead of its pthread part when
- * __KERNEL__ is defined, so lib/chunkmap.c, lib/sumbits.c and
- * lib/rangelock.c compile unchanged into dm-ramback.ko.  It supplies
- * exactly what those three use:
+ * Found through the include path: dm/Kbuild puts lib/env/kernel/ on it,
+ * so the lib files that dm-ramback.ko shares (chunkmap.c, sumbits.c,
+ * rangelock.c) include this instead of the POSIX one and compile
+ * unchanged, with no stand-ins for the C library's headers.  It
+ * supplies:
  *
+ *   types              <linux/types.h>, plus UINT64_MAX, UINT64_C...
  *   rb_mutex           struct mutex (rangelock's tree lock; held only
  *                      for tree updates, never across I/O)
  *   rb_cond            a wait queue; a waiter queues itself (exclusive)
@@ -14,6 +16,20 @@
  *                      broadcast sent under the mutex cannot be missed
  *   rb_atomic_*        kernel atomics, sequentially consistent (below),
  *                      and rb_atomic_fence(), a full barrier
+ *   rb_calloc/rb_free  kvcalloc/kvfree (the chunk map of a large device
+ *                      is megabytes, so it may come from vmalloc); the
+ *                      shared code allocates only when a table is
+ *                      constructed (GFP_KERNEL)
+ *   rb_assert/abort    BUG_ON/BUG: a broken chunk-state or range-tree
+ *                      invariant stops the task rather than carry on and
+ *                      write wrong data to the backing device
+ *   rb_set_errno       nothing: the shared code sets errno only beside
+ *                      a -1 return from an allocation, which the kernel
+ *                      callers map to -ENOMEM themselves
+ *   rb_popcount64      hweight64(): POPCNT where the CPU has it
+ *                      (alternatives); __builtin_popcountll would become
+ *                      a call to libgcc, which modules are not linked with
+ *   rb_ctz64           __ffs64()
  *   rb_now_ns, rb_deadline_ms, rb_phys_mem   clocks and memory size
  *
  * Not supplied: threads and timed condition waits.  The kernel target
@@ -21,18 +37,55 @@
  * files that use them (core.c, flush.c, populate.c, io.c).
  */
 
-#ifndef RAMBACK_ENV_KERNEL_H
-#define RAMBACK_ENV_KERNEL_H
+#ifndef RAMBACK_ENV_IMPL_H
+#define RAMBACK_ENV_IMPL_H
 
 #include <linux/types.h>
 #include <linux/atomic.h>
+#include <linux/bitops.h>
+#include <linux/bug.h>
 #include <linux/build_bug.h>
+#include <linux/errno.h>
 #include <linux/ktime.h>
+#include <linux/limits.h>
 #include <linux/mm.h>
 #include <linux/mutex.h>
 #include <linux/sched.h>
+#include <linux/slab.h>
+#include <linux/stddef.h>
+#include <linux/string.h>
 #include <linux/timekeeping.h>
 #include <linux/wait.h>
+
+#define UINT8_MAX U8_MAX
+#define UINT16_MAX U16_MAX
+#define UINT32_MAX U32_MAX
+#define UINT64_MAX U64_MAX
+#define INT32_MAX S32_MAX
+#define INT64_MAX S64_MAX
+#define UINT32_C(c) c##U
+#define UINT64_C(c) c##ULL
+#define INT64_C(c) c##LL
+
+static inline void *rb_calloc(size_t n, size_t size)
+{
+	return kvcalloc(n, size, GFP_KERNEL);
+}
+
+static inline void rb_free(void *p)
+{
+	kvfree(p);
+}
+
+#define rb_assert(expr) BUG_ON(!(expr))
+#define rb_abort() BUG()
+
+static inline void rb_set_errno(int e)
+{
+}
+
+#define rb_popcount64(x) hweight64(x)
+#define rb_ctz64(x) __ffs64(x)
 
 /* Typedefs because lib/env.h's API names them (pthread_mutex_t etc.). */
 typedef struct mutex rb_mutex;
@@ -181,6 +234,12 @@ static inline uint64_t rb_phys_mem(void)
 #define rb_atomic_or(p, v) rb_atomic_rmw_(p, v, |)
 #define rb_atomic_and(p, v) rb_atomic_rmw_(p, v, &)
 
+/* Exchange: xchg() is fully ordered; returns the old value. */
+#define rb_atomic_xchg(p, v) ({						\
+	rb_atomic_check_size(p);					\
+	xchg((p), (v));							\
+})
+
 /*
  * Like __atomic_compare_exchange_n (strong): on failure *oldp gets the
  * current value.  try_cmpxchg() is fully ordered on success; a failed
@@ -206,4 +265,4 @@ static inline uint64_t rb_phys_mem(void)
  */
 #define rb_atomic_fence() smp_mb()
 
-#endif /* RAMBACK_ENV_KERNEL_H */
+#endif /* RAMBACK_ENV_IMPL_H */
