@@ -6,7 +6,9 @@
  * O(dirty), not O(device)), writes each batch as large requests in
  * ascending order, and at the end of the sweep syncs the store.  Every
  * sweep covers the sync tickets issued before it began: rb_sync() takes
- * a ticket and waits for the sweep that covers it.
+ * a ticket and waits for the sweep that covers it.  One sweep and its
+ * sync are one call of rb_flush_step(), which returns the delay before
+ * the next; the flusher thread (flusher_main) only waits that out.
  *
  * Per batch:
  *   1. wait for flush-rate=, before holding anything;
@@ -337,88 +339,130 @@ redirty_suspects (struct rb *rb)
   return pending;
 }
 
+/* One pass of the flusher: take what the store no longer vouches for,
+ * sweep, sync, answer the tickets the sweep covered.  Returns the delay
+ * before the next pass (internal.h): 0, nanoseconds (fs->wakeable says
+ * whether a kick may end them early), RB_STEP_DONE, or RB_STEP_IDLE
+ * with rb->flusher_idle set: the caller waits for work (a kick) and
+ * then clears it.
+ */
+uint64_t
+rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
+{
+  struct sweep_stats ss = { 0, 0 };
+  uint64_t gen, t;
+  int err;
+
+  fs->suspects = redirty_suspects (rb);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    fs->target = rb->sync_requested;
+    gen = rb->fail_gen;
+  }
+  err = sweep (rb, &ss);
+  /* Sync only if something was written since the last good sync, or
+   * somebody is waiting for one: an empty sync still costs the store
+   * a round trip (an NBD FLUSH, a disk cache flush).  The sync covers
+   * the tickets only if no sync failed since the sweep began.
+   */
+  t = rb_now_ns ();
+  if (sync_needed (rb, fs->target)) {
+    if (rb_sync_store (rb, gen) == -1) {
+      if (err == 0)
+        err = errno;
+    }
+    else if (err == 0 && ss.bytes > 0) {
+      /* The bandwidth that sizes the UPS window is bytes made
+       * durable per second: the sweep's writes and its sync.
+       */
+      rb_bw_sample (&rb->flush_bw, ss.bytes,
+                    ss.busy_ns + (rb_now_ns () - t));
+    }
+  }
+  rb_recompute_limit (rb);
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (err == 0) {
+    if (fs->target > rb->sync_done)
+      rb->sync_done = fs->target;
+    /* Every write and the sync succeeded: the store works again. */
+    rb_atomic_store (&rb->store_failing, false);
+  }
+  else if (fs->target > rb->sync_failed) {
+    rb->sync_failed = fs->target;
+    rb->sync_errno = err;
+  }
+  rb_cond_broadcast (&rb->sync_cond);
+
+  fs->wakeable = false;
+  if (err) {
+    /* The store is failing: back off before the next sweep. */
+    uint64_t delay = fs->backoff * 1000000;
+    fs->backoff = RB_MIN (fs->backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    if (rb->stopping)
+      rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
+               "back yet (%s); retrying", chunkmap_dirty (&rb->map),
+               rb_strerror (err));
+    return delay;
+  }
+  fs->backoff = BACKOFF_MIN_MS;
+  if (!have_work_locked (rb, fs->target)) {
+    if (fs->suspects) {
+      fs->wakeable = true;
+      return SUSPECT_POLL_NS;
+    }
+    if (rb->stopping)
+      return RB_STEP_DONE;
+    /* Idle from now, in the same critical section that answered the
+     * tickets: whoever sees them answered sees an idle flusher too
+     * (control.c, sync 0).  The waiter clears it when it wakes.
+     */
+    rb_atomic_store (&rb->flusher_idle, true);
+    return RB_STEP_IDLE;
+  }
+  return 0;
+}
+
+void
+rb_flusher_state_init (struct rb_flusher_state *fs)
+{
+  *fs = (struct rb_flusher_state) { .backoff = BACKOFF_MIN_MS };
+}
+
+/* The POSIX flusher thread: wait out what rb_flush_step() asks for. */
+static void
+flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
+              uint64_t delay)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (delay == RB_STEP_IDLE) {
+    while (!rb->stopping && !have_work_locked (rb, fs->target))
+      rb_cond_wait (&rb->flusher_cond, &rb->lock);
+    rb_atomic_store (&rb->flusher_idle, false);
+    coalesce_locked (rb, fs->target);
+  }
+  else if (fs->wakeable)
+    rb_cond_wait_until (&rb->flusher_cond, &rb->lock, rb_now_ns () + delay);
+  else {
+    uint64_t deadline = rb_now_ns () + delay;
+
+    while (rb_now_ns () < deadline &&
+           rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
+      ;
+  }
+}
+
 static void *
 flusher_main (void *arg)
 {
   struct rb *rb = arg;
-  uint64_t backoff = BACKOFF_MIN_MS;
+  struct rb_flusher_state fs;
+  uint64_t delay;
 
-  for (;;) {
-    struct sweep_stats ss = { 0, 0 };
-    uint64_t target, gen, t;
-    bool suspects;
-    int err;
-
-    suspects = redirty_suspects (rb);
-    {
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      target = rb->sync_requested;
-      gen = rb->fail_gen;
-    }
-    err = sweep (rb, &ss);
-    /* Sync only if something was written since the last good sync, or
-     * somebody is waiting for one: an empty sync still costs the store
-     * a round trip (an NBD FLUSH, a disk cache flush).  The sync covers
-     * the tickets only if no sync failed since the sweep began.
-     */
-    t = rb_now_ns ();
-    if (sync_needed (rb, target)) {
-      if (rb_sync_store (rb, gen) == -1) {
-        if (err == 0)
-          err = errno;
-      }
-      else if (err == 0 && ss.bytes > 0) {
-        /* The bandwidth that sizes the UPS window is bytes made
-         * durable per second: the sweep's writes and its sync.
-         */
-        rb_bw_sample (&rb->flush_bw, ss.bytes,
-                      ss.busy_ns + (rb_now_ns () - t));
-      }
-    }
-    rb_recompute_limit (rb);
-
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (err == 0) {
-      if (target > rb->sync_done)
-        rb->sync_done = target;
-      /* Every write and the sync succeeded: the store works again. */
-      rb_atomic_store (&rb->store_failing, false);
-    }
-    else if (target > rb->sync_failed) {
-      rb->sync_failed = target;
-      rb->sync_errno = err;
-    }
-    rb_cond_broadcast (&rb->sync_cond);
-
-    if (err) {
-      /* The store is failing: back off before the next sweep. */
-      uint64_t deadline = rb_now_ns () + backoff * 1000000;
-      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
-      if (rb->stopping)
-        rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
-                "back yet (%s); retrying", chunkmap_dirty (&rb->map),
-                rb_strerror (err));
-      while (rb_now_ns () < deadline &&
-             rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
-        ;
-      continue;
-    }
-    backoff = BACKOFF_MIN_MS;
-    if (!have_work_locked (rb, target)) {
-      if (suspects) {
-        rb_cond_wait_until (&rb->flusher_cond, &rb->lock,
-                            rb_now_ns () + SUSPECT_POLL_NS);
-        continue;
-      }
-      if (rb->stopping)
-        break;
-      rb_atomic_store (&rb->flusher_idle, true);
-      while (!rb->stopping && !have_work_locked (rb, target))
-        rb_cond_wait (&rb->flusher_cond, &rb->lock);
-      rb_atomic_store (&rb->flusher_idle, false);
-      coalesce_locked (rb, target);
-    }
-  }
+  rb_flusher_state_init (&fs);
+  while ((delay = rb_flush_step (rb, &fs)) != RB_STEP_DONE)
+    if (delay)
+      flusher_wait (rb, &fs, delay);
   return NULL;
 }
 

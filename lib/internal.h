@@ -151,6 +151,30 @@ rb_tracing (struct rb *rb)
   return rb_atomic_load_relaxed (&rb->trace);
 }
 
+/* The flusher and the populator are step functions, as in Open CAS
+ * Framework's cleaner: each call does one bounded pass and returns the
+ * delay before the next, and the thread around them (env-posix threads
+ * here; a kernel form uses kthreads) only waits it out and calls again.
+ * A delay is 0 (call again at once), nanoseconds, or one of these.
+ */
+#define RB_STEP_IDLE UINT64_MAX         /* wait until there is work */
+#define RB_STEP_DONE (UINT64_MAX - 1)   /* finished: the thread ends */
+
+/* The flusher's state between passes [flusher]. */
+struct rb_flusher_state {
+  uint64_t backoff;             /* ms before the next pass on failure */
+  uint64_t target;              /* the last ticket the last pass covered */
+  bool suspects;                /* the store may hand over more suspects */
+  bool wakeable;                /* the delay may end early on a kick */
+};
+
+/* The populator's state between passes [populator]. */
+struct rb_populator_state {
+  uint64_t c;                   /* where the scan goes on */
+  uint64_t backoff;             /* ms before a retry after a failure */
+  bool wrapped;                 /* the scan wrapped around once */
+};
+
 /* core.c */
 extern void rb_record_error (struct rb *rb, int err, const char *what);
 extern void rb_recompute_limit (struct rb *rb);
@@ -163,12 +187,21 @@ extern void rb_populator_stop (struct rb *rb);
  */
 extern int rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
 extern void rb_check_populated (struct rb *rb);
+extern void rb_populator_state_init (struct rb_populator_state *ps);
+/* One populate pass: a batch of loads (or a hole marked).  The caller
+ * does not call it in writethrough mode (populate pauses there).
+ */
+extern uint64_t rb_populate_step (struct rb *rb,
+                                  struct rb_populator_state *ps);
 
 /* flush.c */
 extern int rb_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
 extern int rb_flusher_stop (struct rb *rb);
 extern void rb_flusher_kick (struct rb *rb);
+extern void rb_flusher_state_init (struct rb_flusher_state *fs);
+/* One flusher pass: a sweep over every dirty chunk and the sync. */
+extern uint64_t rb_flush_step (struct rb *rb, struct rb_flusher_state *fs);
 /* Before a store write starts: the failure generation it runs in. */
 extern uint64_t rb_write_begin (struct rb *rb);
 /* After a store write of [offset, offset+count) succeeded: remember it
