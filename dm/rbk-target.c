@@ -87,7 +87,8 @@ static struct rbk *rbk_predecessor(struct rbk *rbk)
 
 static bool rbk_same_geometry(const struct rbk *a, const struct rbk *b)
 {
-	return a->size == b->size && a->chunk_shift == b->chunk_shift;
+	return a->rb.size == b->rb.size &&
+	       a->rb.chunk_shift == b->rb.chunk_shift;
 }
 
 static void rbk_set_suspended(struct rbk *rbk, bool suspended)
@@ -99,17 +100,17 @@ static void rbk_set_suspended(struct rbk *rbk, bool suspended)
 
 static const char *rbk_mode_name(int mode)
 {
-	return mode == RBK_WRITETHROUGH ? "writethrough" : "writeback";
+	return mode == RB_MODE_WRITETHROUGH ? "writethrough" : "writeback";
 }
 
 static const char *rbk_populate_state(struct rbk *rbk)
 {
-	if (READ_ONCE(rbk->populated))
+	if (rb_atomic_load(&rbk->rb.populated))
 		return "populated";
 	if (!READ_ONCE(rbk->populate))
 		return "off";
 	if (READ_ONCE(rbk->suspended) ||
-	    READ_ONCE(rbk->mode) == RBK_WRITETHROUGH)
+	    rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITETHROUGH)
 		return "paused";
 	return "populating";
 }
@@ -130,8 +131,8 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 
 	offset = (u64)dm_target_offset(ti, bio->bi_iter.bi_sector) << SECTOR_SHIFT;
 	count = bio->bi_iter.bi_size;
-	c0 = rbk_chunk_of(rbk, offset);
-	c1 = rbk_chunk_of(rbk, offset + count - 1);
+	c0 = chunk_of(&rbk->rb, offset);
+	c1 = chunk_of(&rbk->rb, offset + count - 1);
 
 	/* The fast path: no lock, no sleep, nothing submitted. */
 	if (rbk_loaded(rbk, c0, c1)) {
@@ -140,7 +141,7 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 			bio_endio(bio);
 			return DM_MAPIO_SUBMITTED;
 		}
-		if (READ_ONCE(rbk->mode) == RBK_WRITEBACK) {
+		if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITEBACK) {
 			rbk_copy_bio(rbk, bio, offset, true);
 			rbk_mark_dirty(rbk, c0, c1);
 			bio_endio(bio);
@@ -160,10 +161,21 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 /* Everything but the threads and the dm device (gone, or put already). */
 void rbk_free(struct rbk *rbk)
 {
+	struct rb *rb = &rbk->rb;
+
 	bioset_exit(&rbk->bs);
-	if (rbk->map_ready)
-		chunkmap_free(&rbk->map);
-	rangelock_destroy(&rbk->rl);
+	if (rbk->rb_ready) {
+		chunkmap_free(&rb->map);
+		rangelock_destroy(&rb->rl);
+		rb_free(rb->unsynced.v);
+		rb_mutex_destroy(&rb->lock);
+		rb_mutex_destroy(&rb->sync_lock);
+		rb_cond_destroy(&rb->flusher_cond);
+		rb_cond_destroy(&rb->populator_cond);
+		rb_cond_destroy(&rb->space_cond);
+		rb_cond_destroy(&rb->sync_cond);
+		rb_cond_destroy(&rb->populated_cond);
+	}
 	rbk_ram_free(rbk);
 	if (rbk->orphan)
 		blkdev_put(rbk->bdev, rbk->bdev_mode);
@@ -186,7 +198,7 @@ void rbk_free(struct rbk *rbk)
 static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 {
 	const fmode_t mode = FMODE_READ | FMODE_WRITE;
-	u64 dirty = chunkmap_dirty(&rbk->map);
+	u64 dirty = chunkmap_dirty(&rbk->rb.map);
 	dev_t dev = rbk->bdev->bd_dev;
 	struct block_device *bdev, *excl;
 
@@ -217,7 +229,7 @@ static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 	__module_get(THIS_MODULE);	/* put by the flusher as it exits */
 	rbk->flusher = NULL;		/* it ends by itself, nobody stops it */
 	WRITE_ONCE(rbk->orphan, true);
-	wake_up(&rbk->flusher_wait);
+	rb_flusher_kick(&rbk->rb);
 	DMERR("%s: removed with %llu dirty chunks not written back to %pg: they stay in RAM and are written back when it works (dm_ramback stays loaded until then)",
 	      rbk_name(rbk), dirty, bdev);
 	return true;
@@ -240,9 +252,9 @@ static void rbk_dtr(struct dm_target *ti)
 	 * Normally postsuspend has drained already, or a successor took the
 	 * data over.  Never drop data.
 	 */
-	if (rbk->flusher && rbk->map_ready && !rbk->handed_over &&
-	    chunkmap_dirty(&rbk->map) && rbk_drain(rbk) &&
-	    chunkmap_dirty(&rbk->map) && rbk_orphan(rbk, ti))
+	if (rbk->flusher && rbk->rb_ready && !rbk->handed_over &&
+	    chunkmap_dirty(&rbk->rb.map) && rbk_drain(rbk) &&
+	    chunkmap_dirty(&rbk->rb.map) && rbk_orphan(rbk, ti))
 		return;
 	rbk_stop_threads(rbk);
 	if (rbk->dev)
@@ -268,7 +280,7 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 		const char *f = dm_shift_arg(as);
 
 		if (!strcasecmp(f, "writethrough")) {
-			rbk->mode = RBK_WRITETHROUGH;
+			rbk->rb.mode = RB_MODE_WRITETHROUGH;
 		} else if (!strcasecmp(f, "nopopulate")) {
 			rbk->populate = false;
 		} else {
@@ -280,6 +292,27 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 		*error = "Too many arguments";
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* The shared engine's state, as lib/core.c sets it up for the plugin. */
+static int rbk_rb_init(struct rbk *rbk)
+{
+	struct rb *rb = &rbk->rb;
+
+	if (chunkmap_init(&rb->map, rb->nchunks) == -1)
+		return -ENOMEM;
+	rangelock_init(&rb->rl);
+	rb_mutex_init(&rb->lock);
+	rb_mutex_init(&rb->sync_lock);
+	rb_cond_init(&rb->flusher_cond);
+	rb_cond_init(&rb->populator_cond);
+	rb_cond_init(&rb->space_cond);
+	rb_cond_init(&rb->sync_cond);
+	rb_cond_init(&rb->populated_cond);
+	rb->start_ns = rb_now_ns();
+	rb->cfg.populate = rbk->populate;
+	rbk->rb_ready = true;
 	return 0;
 }
 
@@ -306,19 +339,14 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	rbk->md = dm_table_get_md(ti->table);
 	strscpy(rbk->name, dm_device_name(rbk->md), sizeof(rbk->name));
 	INIT_LIST_HEAD(&rbk->list);
-	rbk->mode = RBK_WRITEBACK;
+	rbk->rb.mode = RB_MODE_WRITEBACK;
 	rbk->populate = true;
 	rbk->suspended = true;		/* until the first resume */
 	spin_lock_init(&rbk->lock);
-	init_waitqueue_head(&rbk->flusher_wait);
 	init_waitqueue_head(&rbk->populator_wait);
 	init_waitqueue_head(&rbk->populator_idle);
-	init_waitqueue_head(&rbk->sync_wait);
-	atomic64_set(&rbk->inflight, 0);
-	atomic64_set(&rbk->demand_loaded, 0);
-	atomic64_set(&rbk->stored, 0);
+	INIT_WORK(&rbk->kick, rbk_kick_work);
 	atomic64_set(&rbk->written_through, 0);
-	rangelock_init(&rbk->rl);
 
 	arg = dm_shift_arg(&as);
 	r = dm_get_device(ti, arg, dm_table_get_mode(ti->table), &rbk->dev);
@@ -345,10 +373,11 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 		r = -EINVAL;
 		goto bad;
 	}
-	rbk->size = (u64)ti->len << SECTOR_SHIFT;
-	rbk->chunk_shift = ilog2(chunk_sectors) + SECTOR_SHIFT;
-	rbk->nchunks = DIV_ROUND_UP_ULL(rbk->size, 1ULL << rbk->chunk_shift);
-	if (rbk->size >= rb_phys_mem()) {
+	rbk->rb.size = (u64)ti->len << SECTOR_SHIFT;
+	rbk->rb.chunk_shift = ilog2(chunk_sectors) + SECTOR_SHIFT;
+	rbk->rb.chunk_size = 1U << rbk->rb.chunk_shift;
+	rbk->rb.nchunks = DIV_ROUND_UP_ULL(rbk->rb.size, rbk->rb.chunk_size);
+	if (rbk->rb.size >= rb_phys_mem()) {
 		ti->error = "Target is larger than the machine's memory";
 		r = -ENOMEM;
 		goto bad;
@@ -363,12 +392,12 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 		goto bad;
 	}
 
-	if (chunkmap_init(&rbk->map, rbk->nchunks) == -1) {
+	rbk_store_init(rbk);
+	r = rbk_rb_init(rbk);
+	if (r) {
 		ti->error = "Cannot allocate the chunk map";
-		r = -ENOMEM;
 		goto bad;
 	}
-	rbk->map_ready = true;
 	r = rbk_ram_alloc(rbk);
 	if (r) {
 		ti->error = "Cannot allocate the RAM image";
@@ -399,8 +428,8 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	list_add(&rbk->list, &rbk_registry);
 	mutex_unlock(&rbk_registry_lock);
 	DMINFO("%s: %llu chunks of %u sectors over %s, %s%s",
-	       rbk_name(rbk), rbk->nchunks, chunk_sectors, rbk->dev->name,
-	       rbk_mode_name(rbk->mode), rbk->populate ? "" : ", nopopulate");
+	       rbk_name(rbk), rbk->rb.nchunks, chunk_sectors, rbk->dev->name,
+	       rbk_mode_name(rbk->rb.mode), rbk->populate ? "" : ", nopopulate");
 	return 0;
 bad:
 	rbk_dtr(ti);
@@ -436,7 +465,7 @@ static void rbk_postsuspend(struct dm_target *ti)
 	rbk_populator_wait_idle(rbk);
 	if (rbk_drain(rbk))
 		DMERR("%s: %llu dirty chunks are not written back to %pg: they stay in RAM",
-		      rbk_name(rbk), chunkmap_dirty(&rbk->map), rbk->bdev);
+		      rbk_name(rbk), chunkmap_dirty(&rbk->rb.map), rbk->bdev);
 }
 
 /*
@@ -458,11 +487,11 @@ static void rbk_take_over(struct rbk *rbk)
 
 	mutex_lock(&rbk_registry_lock);
 	old = rbk_predecessor(rbk);
-	if (old && !chunkmap_dirty(&old->map))
+	if (old && !chunkmap_dirty(&old->rb.map))
 		old = NULL;
 	if (old && !rbk_same_geometry(old, rbk)) {
 		DMERR("%s: cannot take over %llu dirty chunks from the previous table: the length or chunk size differs",
-		      rbk_name(rbk), chunkmap_dirty(&old->map));
+		      rbk_name(rbk), chunkmap_dirty(&old->rb.map));
 		old = NULL;
 	}
 	if (old)
@@ -473,24 +502,24 @@ static void rbk_take_over(struct rbk *rbk)
 		return;
 
 	rbk_stop_threads(old);
-	swap(rbk->pages, old->pages);
+	swap(rbk->rb.ram.base, old->rb.ram.base);
 	same_dev = old->bdev->bd_dev == rbk->bdev->bd_dev;
-	for (c = 0; c < rbk->nchunks; c += n) {
-		enum chunk_state s = chunkmap_get(&old->map, c);
+	for (c = 0; c < rbk->rb.nchunks; c += n) {
+		enum chunk_state s = chunkmap_get(&old->rb.map, c);
 
-		n = chunkmap_run(&old->map, c, rbk->nchunks - c, CS_BIT(s));
+		n = chunkmap_run(&old->rb.map, c, rbk->rb.nchunks - c, CS_BIT(s));
 		if (s != CS_EMPTY)
-			chunkmap_move(&rbk->map, c, n, CS_BIT(CS_EMPTY),
+			chunkmap_move(&rbk->rb.map, c, n, CS_BIT(CS_EMPTY),
 				      s == CS_CLEAN && same_dev ? CS_CLEAN : CS_DIRTY,
 				      NULL);
 	}
-	dirty = chunkmap_dirty(&rbk->map);
-	loaded = chunkmap_loaded(&rbk->map);
+	dirty = chunkmap_dirty(&rbk->rb.map);
+	loaded = chunkmap_loaded(&rbk->rb.map);
 	DMINFO("%s: took over the previous table's RAM image: %llu chunks loaded, %llu of them dirty; %llu to write back to %pg",
-	       rbk_name(rbk), loaded, chunkmap_dirty(&old->map), dirty,
+	       rbk_name(rbk), loaded, chunkmap_dirty(&old->rb.map), dirty,
 	       rbk->bdev);
-	rbk_check_populated(rbk);
-	rbk_kick_flusher(rbk);
+	rb_check_populated(&rbk->rb);
+	rb_flusher_kick(&rbk->rb);
 }
 
 static int rbk_preresume(struct dm_target *ti)
@@ -520,10 +549,10 @@ static int rbk_message(struct dm_target *ti, unsigned int argc, char **argv,
 		return -EINVAL;
 	}
 	if (!strcasecmp(argv[0], "writeback")) {
-		WRITE_ONCE(rbk->mode, RBK_WRITEBACK);
+		rb_atomic_store(&rbk->rb.mode, RB_MODE_WRITEBACK);
 		rbk_kick_populator(rbk);
 	} else if (!strcasecmp(argv[0], "writethrough")) {
-		WRITE_ONCE(rbk->mode, RBK_WRITETHROUGH);
+		rb_atomic_store(&rbk->rb.mode, RB_MODE_WRITETHROUGH);
 	} else if (!strcasecmp(argv[0], "flush")) {
 		return rbk_sync(rbk, true);
 	} else if (!strcasecmp(argv[0], "populate")) {
@@ -543,29 +572,32 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 		       unsigned int maxlen)
 {
 	struct rbk *rbk = ti->private;
-	unsigned int chunk_sectors = 1U << (rbk->chunk_shift - SECTOR_SHIFT);
-	int mode = READ_ONCE(rbk->mode);
+	struct rb *rb = &rbk->rb;
+	unsigned int chunk_sectors = 1U << (rb->chunk_shift - SECTOR_SHIFT);
+	int mode = rb_atomic_load(&rb->mode);
 	bool populate = READ_ONCE(rbk->populate);
 	unsigned int sz = 0;
 
 	switch (type) {
 	case STATUSTYPE_INFO:
 		DMEMIT("%d %llu %llu %llu %lld %s %s %lld %lld %lld",
-		       READ_ONCE(rbk->error), rbk->nchunks,
-		       chunkmap_loaded(&rbk->map), chunkmap_dirty(&rbk->map),
-		       (long long)atomic64_read(&rbk->inflight),
+		       READ_ONCE(rbk->error), rb->nchunks,
+		       chunkmap_loaded(&rb->map), chunkmap_dirty(&rb->map),
+		       (long long)rb_atomic_load(&rb->inflight_chunks),
 		       rbk_mode_name(mode), rbk_populate_state(rbk),
-		       (long long)atomic64_read(&rbk->demand_loaded),
-		       (long long)atomic64_read(&rbk->stored),
+		       (long long)(rb_atomic_load(&rb->demand_loaded_bytes) >>
+				   rb->chunk_shift),
+		       (long long)(rb_atomic_load(&rb->stored_bytes) >>
+				   rb->chunk_shift),
 		       (long long)atomic64_read(&rbk->written_through));
 		break;
 	case STATUSTYPE_TABLE:
 		/* The current mode, so a reload keeps what a message set. */
 		DMEMIT("%s %u", rbk->dev->name, chunk_sectors);
-		if (mode == RBK_WRITETHROUGH || !populate)
+		if (mode == RB_MODE_WRITETHROUGH || !populate)
 			DMEMIT(" %u%s%s",
-			       (unsigned int)(mode == RBK_WRITETHROUGH) + !populate,
-			       mode == RBK_WRITETHROUGH ? " writethrough" : "",
+			       (unsigned int)(mode == RB_MODE_WRITETHROUGH) + !populate,
+			       mode == RB_MODE_WRITETHROUGH ? " writethrough" : "",
 			       populate ? "" : " nopopulate");
 		break;
 	case STATUSTYPE_IMA:

@@ -27,12 +27,17 @@
  *           starve application I/O of CPU.
  * Time:     rb_now_ns (monotonic), rb_deadline_ms (ms < 0: never).
  * Memory:   rb_phys_mem (bytes, 0 if unknown); rb_calloc, rb_free (may
- *           be large: the kernel takes them from kvmalloc).
+ *           be large: the kernel takes them from kvmalloc);
+ *           rb_realloc (p, old_size, size).
+ * Text:     snprintf, PRIu64 and friends, va_list.
  * Checks:   rb_assert (expr): a broken invariant stops the program (the
  *           task in the kernel) rather than carry on and write wrong
  *           data; rb_abort ().
- * Errors:   rb_set_errno (e): set errno beside a -1 return (a no-op in
- *           the kernel, whose callers map -1 to -ENOMEM themselves).
+ * Errors:   rb_set_errno (e): set errno beside a -1 return; errno reads
+ *           it.  The kernel has no per-thread errno: there errno reads
+ *           as EIO and rb_set_errno does nothing, so shared code decides
+ *           on the -1, never on errno, and takes an error's detail from
+ *           the request (struct rb_io's err) where it matters.
  * Bits:     rb_popcount64, rb_ctz64 (x != 0).
  * Atomics:  sequentially consistent unless the name says otherwise.  The
  *           chunk map depends on seq_cst between "set state" and "set

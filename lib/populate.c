@@ -19,13 +19,7 @@
  * (populator_main) only pauses and waits that out.
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
@@ -80,6 +74,7 @@ rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
     }
     chunkmap_move (&rb->map, c, len, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
     rb_atomic_add (&rb->loaded_bytes, bytes);
+    rb_atomic_add (&rb->demand_loaded_bytes, bytes);
     c += len;
   }
   return 0;
@@ -257,8 +252,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   if (bytes) {
     uint64_t elapsed = rb_now_ns () - t0;
     if (rb->populate_rate.bps)
-      elapsed = RB_MAX (elapsed,
-                        (uint64_t) (bytes * 1e9 / rb->populate_rate.bps));
+      elapsed = RB_MAX (elapsed, rb_rate_ns (bytes, rb->populate_rate.bps));
     rb_bw_sample (&rb->populate_bw, bytes, elapsed);
   }
   rb_check_populated (rb);

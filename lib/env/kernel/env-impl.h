@@ -31,10 +31,22 @@
  *                      a call to libgcc, which modules are not linked with
  *   rb_ctz64           __ffs64()
  *   rb_now_ns, rb_deadline_ms, rb_phys_mem   clocks and memory size
+ *   rb_thread          a kthread (rb_thread_create/join, in dm/rbk-env.c)
+ *   errno              reads as EIO.  The kernel has no per-thread errno:
+ *                      a failure is decided by the -1 that comes with it,
+ *                      never by errno, and the errno detail a kernel
+ *                      caller reports comes from the request itself (a
+ *                      bio's status, struct rb_io's err).  Writing errno
+ *                      does not compile: the shared code uses
+ *                      rb_set_errno().
+ *   PRIu64, snprintf   the kernel's (u64 is unsigned long long)
+ *   rb_realloc         kvrealloc, GFP_NOIO: called on the write-back path,
+ *                      which must not recurse into I/O (the caller passes
+ *                      the old size)
  *
- * Not supplied: threads and timed condition waits.  The kernel target
- * owns its threads (kthreads, a workqueue) and does not compile the lib
- * files that use them (core.c, flush.c, populate.c, io.c).
+ * Every wait is TASK_IDLE: uninterruptible, as the shared code expects
+ * (it loops on its condition), without counting as load and without the
+ * hung-task warning for an idle flusher that waits for work for hours.
  */
 
 #ifndef RAMBACK_ENV_IMPL_H
@@ -43,6 +55,7 @@
 #include <linux/types.h>
 #include <linux/atomic.h>
 #include <linux/bitops.h>
+#include <linux/blkdev.h>	/* before errno is defined: it names a parameter */
 #include <linux/bug.h>
 #include <linux/build_bug.h>
 #include <linux/errno.h>
@@ -82,6 +95,17 @@ static inline void rb_free(void *p)
 
 static inline void rb_set_errno(int e)
 {
+}
+
+#define errno EIO
+
+#define PRIu64 "llu"
+#define PRIu32 "u"
+#define PRId64 "lld"
+
+static inline void *rb_realloc(void *p, size_t old_size, size_t size)
+{
+	return kvrealloc(p, old_size, size, GFP_NOIO | __GFP_NOWARN);
 }
 
 #define rb_popcount64(x) hweight64(x)
@@ -133,11 +157,50 @@ static inline void rb_cond_wait(rb_cond *c, rb_mutex *m)
 {
 	DEFINE_WAIT(wait);
 
-	prepare_to_wait_exclusive(&c->wq, &wait, TASK_UNINTERRUPTIBLE);
+	prepare_to_wait_exclusive(&c->wq, &wait, TASK_IDLE);
 	mutex_unlock(m);
 	schedule();
 	finish_wait(&c->wq, &wait);
 	mutex_lock(m);
+}
+
+/*
+ * Wait until the absolute monotonic time 'deadline_ns' (U64_MAX: for
+ * ever).  False on timeout; true if woken (callers loop on their
+ * condition and the clock either way).
+ */
+static inline bool rb_cond_wait_until(rb_cond *c, rb_mutex *m,
+				      uint64_t deadline_ns)
+{
+	DEFINE_WAIT(wait);
+	uint64_t now = ktime_get_ns();
+	long left;
+
+	if (deadline_ns == U64_MAX) {
+		rb_cond_wait(c, m);
+		return true;
+	}
+	if (now >= deadline_ns)
+		return false;
+	left = nsecs_to_jiffies(deadline_ns - now) + 1;
+	prepare_to_wait_exclusive(&c->wq, &wait, TASK_IDLE);
+	mutex_unlock(m);
+	left = schedule_timeout(left);
+	finish_wait(&c->wq, &wait);
+	mutex_lock(m);
+	return left > 0;
+}
+
+/* Threads: kthreads that run fn(arg) and end when it returns. */
+struct rb_kthread;
+typedef struct rb_kthread *rb_thread;
+int rb_thread_create(rb_thread *t, void *(*fn)(void *), void *arg);
+void rb_thread_join(rb_thread t);
+
+/* The CPU priority of write back and populate (never starve the I/O). */
+static inline void rb_thread_background(void)
+{
+	set_user_nice(current, 5);
 }
 
 static inline void rb_cond_signal(rb_cond *c)
@@ -177,8 +240,9 @@ static inline uint64_t rb_phys_mem(void)
  *     x86, where (TSO, every store above a locked instruction or
  *     fenced) a plain load is already seq_cst, which keeps
  *     chunkmap_get() on the I/O fast path free of fences.
- * The shared code uses these on 64-bit words only (4-byte words work
- * too); anything else fails the build.
+ * The read-modify-writes work on 4- and 8-byte words; loads, stores
+ * and exchanges also on the flags (bool) of struct rb.  Anything else
+ * fails the build.
  */
 #ifdef CONFIG_X86
 #define rb_sc_load_fence() barrier()
@@ -188,9 +252,12 @@ static inline uint64_t rb_phys_mem(void)
 
 #define rb_atomic_check_size(p) \
 	BUILD_BUG_ON(sizeof(*(p)) != 4 && sizeof(*(p)) != 8)
+#define rb_atomic_check_size_ls(p) \
+	BUILD_BUG_ON(sizeof(*(p)) != 1 && sizeof(*(p)) != 4 &&		\
+		     sizeof(*(p)) != 8)
 
 #define rb_atomic_load(p) ({						\
-	rb_atomic_check_size(p);					\
+	rb_atomic_check_size_ls(p);					\
 	rb_sc_load_fence();						\
 	smp_load_acquire(p);						\
 })
@@ -198,7 +265,7 @@ static inline uint64_t rb_phys_mem(void)
 #define rb_atomic_load_relaxed(p) READ_ONCE(*(p))
 
 #define rb_atomic_store(p, v) do {					\
-	rb_atomic_check_size(p);					\
+	rb_atomic_check_size_ls(p);					\
 	smp_mb();							\
 	WRITE_ONCE(*(p), (v));						\
 	smp_mb();							\
@@ -236,7 +303,7 @@ static inline uint64_t rb_phys_mem(void)
 
 /* Exchange: xchg() is fully ordered; returns the old value. */
 #define rb_atomic_xchg(p, v) ({						\
-	rb_atomic_check_size(p);					\
+	rb_atomic_check_size_ls(p);					\
 	xchg((p), (v));							\
 })
 

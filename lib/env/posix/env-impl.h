@@ -13,9 +13,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -47,6 +50,7 @@ extern uint64_t rb_phys_mem (void);
 
 #define rb_calloc(n, size) calloc ((n), (size))
 #define rb_free(p) free (p)
+#define rb_realloc(p, old_size, size) realloc ((p), (size))
 #define rb_assert(expr) assert (expr)
 #define rb_abort() abort ()
 
