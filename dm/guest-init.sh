@@ -58,7 +58,8 @@ PAT=/dev/vdb
 
 # Status fields after "<start> <len> ramback" (see rbk-target.c).
 F_ERROR=1 F_CHUNKS=2 F_LOADED=3 F_DIRTY=4 F_INFLIGHT=5 F_MODE=6
-F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10
+F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10 F_STORED_BYTES=11
+F_LOADED_BYTES=12 F_UNSYNCED=13 F_WB_BPS=14 F_POP_BPS=15 F_SYNCS=16
 st () { dmsetup status "$1" | cut -d' ' -f$(( $2 + 3 )); }
 
 # Wait up to $4 seconds for field $2 of device $1 to equal $3.
@@ -295,7 +296,8 @@ finish () {
 
 # ---- bad tables are refused -------------------------------------------
 phase reject
-for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk"; do
+for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk" \
+         "8 1 flush_rate" "8 2 flush_rate fast" "8 2 populate_rate -1"; do
   if dmsetup create bad --table "$(table $t)" 2>/dev/null; then
     fail "table '$t' was accepted"
   fi
@@ -370,6 +372,10 @@ check $BACK "$REGX_C" "backing device right after writethrough writes"
 check $RB "$REG_C" "after writes C"
 dmsetup message rb 0 flush || fail "flush message after C"
 [ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush in writethrough"
+[ "$(st rb $F_UNSYNCED)" = 0 ] || fail "unsynced bytes after flush: $(st rb $F_UNSYNCED)"
+[ "$(st rb $F_SYNCS)" -gt 0 ] || fail "no good flush of the backing device counted"
+[ "$(st rb $F_STORED_BYTES)" -ge $(( $(st rb $F_STORED) * 4096 )) ] ||
+  fail "stored bytes $(st rb $F_STORED_BYTES) below stored chunks $(st rb $F_STORED)"
 check_full $BACK "$FULL_C" "backing device after C and flush"
 dmsetup message rb 0 writeback || fail "writeback message"
 [ "$(st rb $F_MODE)" = writeback ] || fail "mode is not writeback"
@@ -384,12 +390,16 @@ dmsetup suspend rb || fail "suspend"
 check_full $BACK "$FULL_D" "backing device while suspended"
 dmsetup resume rb || fail "resume"
 
-# ---- E: table reload with dirty data, to 32 KiB chunks --------------------
+# ---- E: table reload with dirty data, to 32 KiB chunks, rate caps ---------
+# (capped well above what the guest moves: the caps must hold their
+# settings across the reload and the remove's drain must still end).
 phase reload
 apply $RB "$WR_E" || fail "writes E"
-dmsetup reload rb --table "$(table 64)" || fail "reload"
+dmsetup reload rb --table "$(table 64 4 flush_rate 8388608 populate_rate 67108864)" || fail "reload"
 dmsetup resume rb || fail "resume after reload"
 [ "$(st rb $F_CHUNKS)" = $((SECTORS / 64)) ] || fail "reloaded table has the wrong chunk count"
+dmsetup table rb | grep -q ' 64 4 flush_rate 8388608 populate_rate 67108864$' ||
+  fail "table does not show the rate caps: $(dmsetup table rb)"
 check $RB "$REG_E" "after reload"
 check_full $RB "$FULL_E" "full read after reload"
 

@@ -9,6 +9,8 @@
  *                  nopopulate     no background populate: chunks are
  *                                 loaded only when first read or
  *                                 partly written
+ *                  flush_rate <B/s>     cap write back (0: none)
+ *                  populate_rate <B/s>  cap background populate
  *
  * The RAM image is allocated by the target (len sectors of zeroed pages)
  * and the backing device holds the data at the same offsets, from
@@ -26,10 +28,15 @@
  * Status (INFO):
  *   <error> <chunks> <loaded> <dirty> <inflight> <mode> <populate>
  *   <demand loaded> <stored> <written through>
+ *   <stored bytes> <loaded bytes> <unsynced bytes> <write back B/s>
+ *   <populate B/s> <syncs>
  * error is the first backing device error (-errno, 0 if none); chunks,
  * loaded, dirty and inflight (being written back now) count chunks;
  * populate is populated, populating, paused or off; demand loaded and
- * stored count chunks; written through counts bios.
+ * stored count chunks; written through counts bios; unsynced bytes are
+ * written and not yet covered by a good flush of the backing device;
+ * the two rates are measured (0: not yet); syncs counts good flushes.
+ * Fields are only ever appended.
  *
  * Flushes (REQ_PREFLUSH) complete at once and FUA means nothing in
  * writeback mode: the data is safe in RAM, as with the 2008 patch and the
@@ -266,7 +273,7 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 			      char **error)
 {
 	static const struct dm_arg _args[] = {
-		{0, 2, "Invalid number of feature arguments"},
+		{0, 6, "Invalid number of feature arguments"},
 	};
 	unsigned int n;
 	int r;
@@ -283,6 +290,20 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 			rbk->rb.mode = RB_MODE_WRITETHROUGH;
 		} else if (!strcasecmp(f, "nopopulate")) {
 			rbk->populate = false;
+		} else if (!strcasecmp(f, "flush_rate") ||
+			   !strcasecmp(f, "populate_rate")) {
+			const char *v = n ? dm_shift_arg(as) : NULL;
+			u64 bps;
+
+			if (!v || kstrtou64(v, 10, &bps)) {
+				*error = "flush_rate and populate_rate take a number of bytes per second (0: no cap)";
+				return -EINVAL;
+			}
+			n--;
+			if (f[0] == 'f' || f[0] == 'F')
+				rbk->rb.cfg.flush_rate = bps;
+			else
+				rbk->rb.cfg.populate_rate = bps;
 		} else {
 			*error = "Unknown feature argument";
 			return -EINVAL;
@@ -311,6 +332,8 @@ static int rbk_rb_init(struct rbk *rbk)
 	rb_cond_init(&rb->sync_cond);
 	rb_cond_init(&rb->populated_cond);
 	rb->start_ns = rb_now_ns();
+	rb->flush_rate.bps = rb->cfg.flush_rate;
+	rb->populate_rate.bps = rb->cfg.populate_rate;
 	rb->cfg.populate = rbk->populate;
 	rbk->rb_ready = true;
 	return 0;
@@ -576,7 +599,7 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 	unsigned int chunk_sectors = 1U << (rb->chunk_shift - SECTOR_SHIFT);
 	int mode = rb_atomic_load(&rb->mode);
 	bool populate = READ_ONCE(rbk->populate);
-	unsigned int sz = 0;
+	unsigned int sz = 0, nf;
 
 	switch (type) {
 	case STATUSTYPE_INFO:
@@ -590,21 +613,36 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 		       (long long)(rb_atomic_load(&rb->stored_bytes) >>
 				   rb->chunk_shift),
 		       (long long)atomic64_read(&rbk->written_through));
+		DMEMIT(" %llu %llu %llu %llu %llu %llu",
+		       rb_atomic_load(&rb->stored_bytes),
+		       rb_atomic_load(&rb->loaded_bytes),
+		       rb_atomic_load(&rb->unsynced_bytes),
+		       rb_atomic_load(&rb->flush_bw.bps),
+		       rb_atomic_load(&rb->populate_bw.bps),
+		       rb_atomic_load(&rb->syncs));
 		break;
 	case STATUSTYPE_TABLE:
 		/* The current mode, so a reload keeps what a message set. */
 		DMEMIT("%s %u", rbk->dev->name, chunk_sectors);
-		if (mode == RB_MODE_WRITETHROUGH || !populate)
-			DMEMIT(" %u%s%s",
-			       (unsigned int)(mode == RB_MODE_WRITETHROUGH) + !populate,
-			       mode == RB_MODE_WRITETHROUGH ? " writethrough" : "",
-			       populate ? "" : " nopopulate");
+		nf = (mode == RB_MODE_WRITETHROUGH) + !populate +
+		     2 * !!rb->cfg.flush_rate + 2 * !!rb->cfg.populate_rate;
+		if (nf)
+			DMEMIT(" %u", nf);
+		if (mode == RB_MODE_WRITETHROUGH)
+			DMEMIT(" writethrough");
+		if (!populate)
+			DMEMIT(" nopopulate");
+		if (rb->cfg.flush_rate)
+			DMEMIT(" flush_rate %llu", rb->cfg.flush_rate);
+		if (rb->cfg.populate_rate)
+			DMEMIT(" populate_rate %llu", rb->cfg.populate_rate);
 		break;
 	case STATUSTYPE_IMA:
 		DMEMIT_TARGET_NAME_VERSION(ti->type);
-		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c;",
+		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c,flush_rate=%llu,populate_rate=%llu;",
 		       rbk->dev->name, chunk_sectors, rbk_mode_name(mode),
-		       populate ? 'y' : 'n');
+		       populate ? 'y' : 'n', rb->cfg.flush_rate,
+		       rb->cfg.populate_rate);
 		break;
 	}
 }
