@@ -278,7 +278,43 @@ stuck_reload () {
   dmsetup remove bk || fail "remove bk"
   dmsetup remove bk2 || fail "remove bk2"
 }
-SCRATCH_PHASES="populate_suspend stuck_suspend stuck_remove stuck_reload"
+# ---- discards: lib's zero path ----------------------------------------------
+# Region 0 (populate_suspend only read it), populate off: a discard whose
+# first and last chunks are partial must load them before it zeroes part
+# of them.  Z1 in writeback mode, Z2 in writethrough mode (on the backing
+# device when it completes); around each, 8 KiB must be untouched, in RAM
+# and, after a flush, on the backing device.  Sectors.
+Z1=81 NZ1=2046 Z2=8193 NZ2=126
+zsha () { head -c $(($1 * 512)) /dev/zero | sha256sum | cut -d' ' -f1; }
+zero_discard () {
+  local dev=/dev/mapper/bk0 around z1 z2 stored
+  phase zero-discard
+  dmsetup create bk0 --table "$(scratch 0)" || fail "create bk0 (region 0)"
+  around="$((Z1 - 16)):16 $((Z1 + NZ1)):16 $((Z2 - 16)):16 $((Z2 + NZ2)):16"
+  expect=
+  for r in $around; do
+    set -- $(echo "$r" | tr : ' ')
+    expect="$expect $1:$2:$(sha_of $dev "$1" "$2")"
+  done
+  z1="$Z1:$NZ1:$(zsha $NZ1)" z2="$Z2:$NZ2:$(zsha $NZ2)"
+  dmsetup create rb --table "0 $SECTORS ramback $dev 8 1 nopopulate" ||
+    fail "create rb (zero-discard)"
+  stored=$(st rb $F_STORED_BYTES)
+  blkdiscard -o $((Z1 * 512)) -l $((NZ1 * 512)) $RB || fail "discard Z1"
+  check $RB "$expect $z1" "after discard Z1"
+  dmsetup message rb 0 writethrough || fail "writethrough message (zero-discard)"
+  blkdiscard -o $((Z2 * 512)) -l $((NZ2 * 512)) $RB || fail "discard Z2"
+  check $dev "$z2" "backing device right after the writethrough discard Z2"
+  check $RB "$expect $z1 $z2" "after discard Z2"
+  dmsetup message rb 0 flush || fail "flush (zero-discard)"
+  [ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush (zero-discard)"
+  [ "$(st rb $F_STORED_BYTES)" -ge $((stored + NZ1 * 512)) ] ||
+    fail "the discards were not written back: stored bytes $stored -> $(st rb $F_STORED_BYTES)"
+  check $dev "$expect $z1 $z2" "backing device after the discards and flush"
+  dmsetup remove rb || fail "remove (zero-discard)"
+  dmsetup remove bk0 || fail "remove bk0"
+}
+SCRATCH_PHASES="populate_suspend zero_discard stuck_suspend stuck_remove stuck_reload"
 
 # ---- the module unloads cleanly, the verdict --------------------------------
 finish () {

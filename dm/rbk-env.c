@@ -17,6 +17,10 @@
  *   rb_recompute_limit the dirty limit the table sets (0: none)
  *   rb_nb_*            the NB bitmap belongs to a ram= file, which the
  *                      kernel form does not have (rb->nb is NULL)
+ *   ramimage_*         copies in and out of the RAM image, and zeroing
+ *                      (lib/ramimage.c gives zeroed memory back to the
+ *                      system; the kernel image is one vmalloc area,
+ *                      whose pages stay)
  */
 
 #include <linux/completion.h>
@@ -210,4 +214,23 @@ void rb_nb_set(struct rb *rb, uint64_t c, uint64_t n)
 void rb_nb_retire(struct rb *rb, const struct rb_extents *synced)
 {
 	WARN_ON_ONCE(rb->nb);
+}
+
+/* ---- the RAM image (lib/ramimage.h) ------------------------------------ */
+
+void ramimage_zero(struct ramimage *ri, uint64_t offset, uint64_t count)
+{
+	memset(ri->base + offset, 0, count);
+}
+
+void ramimage_copy_in(struct ramimage *ri, uint64_t offset, const void *buf,
+		      uint64_t count)
+{
+	memcpy(ri->base + offset, buf, count);
+}
+
+void ramimage_copy_out(struct ramimage *ri, uint64_t offset, void *buf,
+		       uint64_t count)
+{
+	memcpy(buf, ri->base + offset, count);
 }

@@ -29,8 +29,10 @@
  *    and RAM differ.  If the backing write fails, the range stays dirty
  *    in RAM (RAM is the truth; the flusher retries) and the bio fails.
  *
- * The kernel form never creates ZERO chunks: it does not take discards
- * or write-zeroes.
+ * Discards and write-zeroes are lib's own path: rb_zero (lib/io.c) makes
+ * fully covered chunks ZERO (written back as zeroes, which the backing
+ * device may turn into a discard), loads and zeroes partial edges, and in
+ * writethrough mode zeroes the backing device at once.
  */
 
 #include <linux/highmem.h>
@@ -263,6 +265,13 @@ static blk_status_t rbk_writethrough(struct rbk *rbk, struct bio *bio,
 	if (r)
 		goto out;
 	rbk_copy_bio(rbk, bio, pb->offset, true);
+	/*
+	 * A ZERO chunk that now holds data must not be written back as a
+	 * hole later: it is plain dirty now (still under our range, so the
+	 * flusher cannot have seen it in between), as in lib/io.c.
+	 */
+	chunkmap_move(&rb->map, c0, c1 - c0 + 1, CS_BIT(CS_ZERO), CS_DIRTY,
+		      NULL);
 
 	rbk_sync_init(&sync);
 	span = (struct rbk_span){ .sync = &sync };
@@ -297,13 +306,31 @@ out:
 	return r ? errno_to_blk_status(r) : BLK_STS_OK;
 }
 
+/* Discard and write-zeroes: lib's zero path, in pieces rb_zero takes. */
+static blk_status_t rbk_zero(struct rbk *rbk, struct rbk_bio *pb)
+{
+	u64 offset = pb->offset, left = pb->count;
+
+	while (left) {
+		u32 n = min_t(u64, left, SZ_1G);
+
+		if (rb_zero(&rbk->rb, n, offset, 0))
+			return BLK_STS_IOERR;
+		offset += n;
+		left -= n;
+	}
+	return BLK_STS_OK;
+}
+
 void rbk_slow_work(struct work_struct *work)
 {
 	struct rbk_bio *pb = container_of(work, struct rbk_bio, work);
 	struct bio *bio = dm_bio_from_per_bio_data(pb, sizeof(*pb));
 	struct rbk *rbk = pb->rbk;
 
-	if (bio_op(bio) == REQ_OP_READ)
+	if (bio_op(bio) == REQ_OP_DISCARD || bio_op(bio) == REQ_OP_WRITE_ZEROES)
+		bio->bi_status = rbk_zero(rbk, pb);
+	else if (bio_op(bio) == REQ_OP_READ)
 		bio->bi_status = rbk_demand_read(rbk, bio, pb);
 	else if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITETHROUGH)
 		bio->bi_status = rbk_writethrough(rbk, bio, pb);

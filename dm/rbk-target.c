@@ -66,6 +66,7 @@
 
 #define RBK_DEFAULT_CHUNK_SECTORS	8
 #define RBK_MAX_CHUNK_SECTORS		32768
+#define RBK_MAX_ZERO_SECTORS		(1U << 21)	/* 1 GiB */
 
 /*
  * Every ramback target, so that a table loaded over a live one on the
@@ -133,8 +134,15 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 		bio_endio(bio);
 		return DM_MAPIO_SUBMITTED;
 	}
-	if (bio_op(bio) != REQ_OP_READ && bio_op(bio) != REQ_OP_WRITE)
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+	case REQ_OP_WRITE:
+	case REQ_OP_DISCARD:
+	case REQ_OP_WRITE_ZEROES:
+		break;
+	default:
 		return DM_MAPIO_KILL;
+	}
 
 	offset = (u64)dm_target_offset(ti, bio->bi_iter.bi_sector) << SECTOR_SHIFT;
 	count = bio->bi_iter.bi_size;
@@ -142,7 +150,8 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 	c1 = chunk_of(&rbk->rb, offset + count - 1);
 
 	/* The fast path: no lock, no sleep, nothing submitted. */
-	if (rbk_loaded(rbk, c0, c1)) {
+	if ((bio_op(bio) == REQ_OP_READ || bio_op(bio) == REQ_OP_WRITE) &&
+	    rbk_loaded(rbk, c0, c1)) {
 		if (bio_op(bio) == REQ_OP_READ) {
 			rbk_copy_bio(rbk, bio, offset, false);
 			bio_endio(bio);
@@ -446,6 +455,12 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 
 	ti->per_io_data_size = sizeof(struct rbk_bio);
 	ti->num_flush_bios = 1;
+	/* RAM takes discards whatever the backing device does; write
+	 * zeroes only if the backing device has them (dm's rule).
+	 */
+	ti->num_discard_bios = 1;
+	ti->discards_supported = true;
+	ti->num_write_zeroes_bios = 1;
 	ti->flush_supported = true;	/* RAM is a volatile cache, whatever the backing */
 	mutex_lock(&rbk_registry_lock);
 	list_add(&rbk->list, &rbk_registry);
@@ -647,6 +662,21 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 	}
 }
 
+/*
+ * Discards and write-zeroes go through lib's rb_zero (rbk-io.c) in
+ * pieces, so any length works; chunk-sized pieces are the ones that
+ * free nothing but become ZERO chunks without a load.
+ */
+static void rbk_io_hints(struct dm_target *ti, struct queue_limits *limits)
+{
+	struct rbk *rbk = ti->private;
+
+	limits->discard_granularity = rbk->rb.chunk_size;
+	limits->max_discard_sectors = RBK_MAX_ZERO_SECTORS;
+	limits->max_hw_discard_sectors = RBK_MAX_ZERO_SECTORS;
+	limits->max_write_zeroes_sectors = RBK_MAX_ZERO_SECTORS;
+}
+
 static int rbk_iterate_devices(struct dm_target *ti,
 			       iterate_devices_callout_fn fn, void *data)
 {
@@ -657,7 +687,7 @@ static int rbk_iterate_devices(struct dm_target *ti,
 
 static struct target_type rbk_target = {
 	.name			= "ramback",
-	.version		= {1, 1, 0},
+	.version		= {1, 2, 0},
 	.module			= THIS_MODULE,
 	.ctr			= rbk_ctr,
 	.dtr			= rbk_dtr,
@@ -670,6 +700,7 @@ static struct target_type rbk_target = {
 	.message		= rbk_message,
 	.status			= rbk_status,
 	.iterate_devices	= rbk_iterate_devices,
+	.io_hints		= rbk_io_hints,
 };
 
 static int __init dm_ramback_init(void)

@@ -36,13 +36,7 @@
  *    store's errno.
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"

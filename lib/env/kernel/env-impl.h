@@ -98,6 +98,7 @@ static inline void rb_set_errno(int e)
 }
 
 #define errno EIO
+#define ENOTSUP EOPNOTSUPP	/* as in glibc */
 
 #define PRIu64 "llu"
 #define PRIu32 "u"
