@@ -245,7 +245,15 @@ static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 	__module_get(THIS_MODULE);	/* put by the flusher as it exits */
 	rbk->flusher = NULL;		/* it ends by itself, nobody stops it */
 	WRITE_ONCE(rbk->orphan, true);
-	rb_flusher_kick(&rbk->rb);
+	/*
+	 * The final drain, as at the plugin's clean stop: a flusher waiting
+	 * for work (it may have cleaned everything since the drain gave up)
+	 * wakes, and its next step finds the orphan clean (rbk-bg.c).
+	 */
+	rb_mutex_lock(&rbk->rb.lock);
+	rb_atomic_store(&rbk->rb.stopping, true);
+	rb_cond_broadcast(&rbk->rb.flusher_cond);
+	rb_mutex_unlock(&rbk->rb.lock);
 	DMERR("%s: removed with %llu dirty chunks not written back to %pg: they stay in RAM and are written back when it works (dm_ramback stays loaded until then)",
 	      rbk_name(rbk), dirty, bdev);
 	return true;
