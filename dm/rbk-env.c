@@ -14,7 +14,9 @@
  *                      sample by dt / (tau + dt) of the difference, the
  *                      first-order form of 1 - exp(-dt / tau)
  *   rb_record_error    the target's sticky error (status) and the log
- *   rb_recompute_limit the dirty limit the table sets (0: none)
+ *   rb_recompute_limit the dirty limit: dirty_max, or with ups_window
+ *                      what write back makes durable in that window less
+ *                      20%, as lib/core.c computes it, in integers
  *   rb_nb_*            the NB bitmap belongs to a ram= file, which the
  *                      kernel form does not have (rb->nb is NULL)
  *   ramimage_*         copies in and out of the RAM image, and zeroing
@@ -201,9 +203,26 @@ void rb_record_error(struct rb *rb, int err, const char *what)
 	DMERR_LIMIT("%s: %s", rbk_name(rbk), what ? what : rb_strerror(err));
 }
 
+#define RBK_UPS_BOOTSTRAP (16ULL << 20)	/* until a bandwidth is measured */
+
 void rb_recompute_limit(struct rb *rb)
 {
-	rb_atomic_store(&rb->dirty_limit, rb->cfg.dirty_max);
+	uint64_t limit = rb->cfg.dirty_max;
+
+	if (rb->cfg.ups_window > 0) {
+		uint64_t bw = rb_atomic_load(&rb->flush_bw.bps), ups;
+
+		if (rb->cfg.flush_rate && (bw == 0 || bw > rb->cfg.flush_rate))
+			bw = rb->cfg.flush_rate;
+		/* A 20% safety margin, as lib/core.c's UPS_SAFETY. */
+		ups = bw ? mul_u64_u64_div_u64(bw, rb->cfg.ups_window * 4ULL, 5)
+			 : RBK_UPS_BOOTSTRAP;
+		/* Never below a few chunks, or writers could not progress. */
+		ups = max_t(uint64_t, ups, 4ULL * rb->chunk_size);
+		if (limit == 0 || ups < limit)
+			limit = ups;
+	}
+	rb_atomic_store(&rb->dirty_limit, limit);
 }
 
 void rb_nb_set(struct rb *rb, uint64_t c, uint64_t n)

@@ -334,7 +334,10 @@ void rbk_slow_work(struct work_struct *work)
 		bio->bi_status = rbk_demand_read(rbk, bio, pb);
 	else if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITETHROUGH)
 		bio->bi_status = rbk_writethrough(rbk, bio, pb);
-	else
+	else {
+		/* The dirty limit: writers wait, never fail (lib/io.c). */
+		rb_throttle(&rbk->rb);
 		bio->bi_status = rbk_slow_write(rbk, bio, pb);
+	}
 	bio_endio(bio);
 }

@@ -11,6 +11,10 @@
  *                                 partly written
  *                  flush_rate <B/s>     cap write back (0: none)
  *                  populate_rate <B/s>  cap background populate
+ *                  dirty_max <bytes>    writers wait while dirty, in
+ *                                       flight and unsynced data reach it
+ *                  ups_window <s>       ... or what write back can make
+ *                                       durable in that many seconds
  *
  * The RAM image is allocated by the target (len sectors of zeroed pages)
  * and the backing device holds the data at the same offsets, from
@@ -29,13 +33,15 @@
  *   <error> <chunks> <loaded> <dirty> <inflight> <mode> <populate>
  *   <demand loaded> <stored> <written through>
  *   <stored bytes> <loaded bytes> <unsynced bytes> <write back B/s>
- *   <populate B/s> <syncs>
+ *   <populate B/s> <syncs> <dirty limit> <throttled>
  * error is the first backing device error (-errno, 0 if none); chunks,
  * loaded, dirty and inflight (being written back now) count chunks;
  * populate is populated, populating, paused or off; demand loaded and
  * stored count chunks; written through counts bios; unsynced bytes are
  * written and not yet covered by a good flush of the backing device;
- * the two rates are measured (0: not yet); syncs counts good flushes.
+ * the two rates are measured (0: not yet); syncs counts good flushes;
+ * dirty limit is the limit in force (bytes, 0: none), throttled counts
+ * writes that had to wait for it.
  * Fields are only ever appended.
  *
  * Flushes (REQ_PREFLUSH) complete at once and FUA means nothing in
@@ -157,7 +163,9 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 			bio_endio(bio);
 			return DM_MAPIO_SUBMITTED;
 		}
-		if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITEBACK) {
+		/* Over the dirty limit: the workqueue waits (rb_throttle). */
+		if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITEBACK &&
+		    !rb_over_dirty_limit(&rbk->rb)) {
 			rbk_copy_bio(rbk, bio, offset, true);
 			rbk_mark_dirty(rbk, c0, c1);
 			bio_endio(bio);
@@ -290,7 +298,7 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 			      char **error)
 {
 	static const struct dm_arg _args[] = {
-		{0, 6, "Invalid number of feature arguments"},
+		{0, 10, "Invalid number of feature arguments"},
 	};
 	unsigned int n;
 	int r;
@@ -308,19 +316,26 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 		} else if (!strcasecmp(f, "nopopulate")) {
 			rbk->populate = false;
 		} else if (!strcasecmp(f, "flush_rate") ||
-			   !strcasecmp(f, "populate_rate")) {
+			   !strcasecmp(f, "populate_rate") ||
+			   !strcasecmp(f, "dirty_max") ||
+			   !strcasecmp(f, "ups_window")) {
 			const char *v = n ? dm_shift_arg(as) : NULL;
-			u64 bps;
+			u64 x;
 
-			if (!v || kstrtou64(v, 10, &bps)) {
-				*error = "flush_rate and populate_rate take a number of bytes per second (0: no cap)";
+			if (!v || kstrtou64(v, 10, &x) ||
+			    (!strcasecmp(f, "ups_window") && x > 86400)) {
+				*error = "flush_rate, populate_rate (bytes per second), dirty_max (bytes) and ups_window (seconds, at most 86400) take a number; 0: off";
 				return -EINVAL;
 			}
 			n--;
-			if (f[0] == 'f' || f[0] == 'F')
-				rbk->rb.cfg.flush_rate = bps;
+			if (!strcasecmp(f, "flush_rate"))
+				rbk->rb.cfg.flush_rate = x;
+			else if (!strcasecmp(f, "populate_rate"))
+				rbk->rb.cfg.populate_rate = x;
+			else if (!strcasecmp(f, "dirty_max"))
+				rbk->rb.cfg.dirty_max = x;
 			else
-				rbk->rb.cfg.populate_rate = bps;
+				rbk->rb.cfg.ups_window = x;
 		} else {
 			*error = "Unknown feature argument";
 			return -EINVAL;
@@ -351,6 +366,7 @@ static int rbk_rb_init(struct rbk *rbk)
 	rb->start_ns = rb_now_ns();
 	rb->flush_rate.bps = rb->cfg.flush_rate;
 	rb->populate_rate.bps = rb->cfg.populate_rate;
+	rb_recompute_limit(rb);
 	rb->cfg.populate = rbk->populate;
 	rbk->rb_ready = true;
 	return 0;
@@ -643,12 +659,15 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 		       rb_atomic_load(&rb->flush_bw.bps),
 		       rb_atomic_load(&rb->populate_bw.bps),
 		       rb_atomic_load(&rb->syncs));
+		DMEMIT(" %llu %llu", rb_atomic_load(&rb->dirty_limit),
+		       rb_atomic_load(&rb->throttled));
 		break;
 	case STATUSTYPE_TABLE:
 		/* The current mode, so a reload keeps what a message set. */
 		DMEMIT("%s %u", rbk->dev->name, chunk_sectors);
 		nf = (mode == RB_MODE_WRITETHROUGH) + !populate +
-		     2 * !!rb->cfg.flush_rate + 2 * !!rb->cfg.populate_rate;
+		     2 * !!rb->cfg.flush_rate + 2 * !!rb->cfg.populate_rate +
+		     2 * !!rb->cfg.dirty_max + 2 * !!rb->cfg.ups_window;
 		if (nf)
 			DMEMIT(" %u", nf);
 		if (mode == RB_MODE_WRITETHROUGH)
@@ -659,13 +678,18 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 			DMEMIT(" flush_rate %llu", rb->cfg.flush_rate);
 		if (rb->cfg.populate_rate)
 			DMEMIT(" populate_rate %llu", rb->cfg.populate_rate);
+		if (rb->cfg.dirty_max)
+			DMEMIT(" dirty_max %llu", rb->cfg.dirty_max);
+		if (rb->cfg.ups_window)
+			DMEMIT(" ups_window %u", rb->cfg.ups_window);
 		break;
 	case STATUSTYPE_IMA:
 		DMEMIT_TARGET_NAME_VERSION(ti->type);
-		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c,flush_rate=%llu,populate_rate=%llu;",
+		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c,flush_rate=%llu,populate_rate=%llu,dirty_max=%llu,ups_window=%u;",
 		       rbk->dev->name, chunk_sectors, rbk_mode_name(mode),
 		       populate ? 'y' : 'n', rb->cfg.flush_rate,
-		       rb->cfg.populate_rate);
+		       rb->cfg.populate_rate, rb->cfg.dirty_max,
+		       rb->cfg.ups_window);
 		break;
 	}
 }

@@ -253,5 +253,7 @@ extern void rb_resume_map (struct rb *rb);
 
 /* io.c */
 extern void rb_throttle (struct rb *rb);
+/* Would rb_throttle wait now?  Lock-free (the kernel target's map()). */
+extern bool rb_over_dirty_limit (struct rb *rb);
 
 #endif /* RAMBACK_INTERNAL_H */
