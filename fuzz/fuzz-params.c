@@ -60,6 +60,7 @@ enum kind {
   K_INT,        /* a decimal number in [min, max] */
   K_BOOL,       /* nbdkit_parse_bool */
   K_CHOICE,     /* a or b */
+  K_SECONDS,    /* digits with an optional fraction, in [0.01, 3600] */
 };
 
 /* The parameters of the man page. */
@@ -70,6 +71,8 @@ static const struct param {
   const char *a, *b;
 } params[] = {
   { "back", K_BACK },
+  { "journal", K_BACK },
+  { "commit-interval", K_SECONDS },
   { "ram", K_PATH },
   { "size", K_SIZE },
   { "chunk", K_CHUNK },
@@ -110,6 +113,7 @@ field_str (const char *key)
   const struct rb_config *c = &ramback_params;
 
   if (strcmp (key, "back") == 0) return c->store.uri;
+  if (strcmp (key, "journal") == 0) return c->journal;
   if (strcmp (key, "ram") == 0) return c->ram;
   if (strcmp (key, "control") == 0) return ramback_control_path;
   if (strcmp (key, "tls-certificates") == 0) return c->store.tls_certificates;
@@ -124,6 +128,7 @@ field_num (const char *key)
   const struct rb_config *c = &ramback_params;
 
   if (strcmp (key, "size") == 0) return c->size;
+  if (strcmp (key, "commit-interval") == 0) return c->commit_interval_ms;
   if (strcmp (key, "chunk") == 0) return c->chunk_size;
   if (strcmp (key, "mode") == 0) return c->mode == RB_MODE_WRITETHROUGH;
   if (strcmp (key, "fsync") == 0) return c->fsync_wait;
@@ -186,6 +191,33 @@ plain_int_in (const char *v, int min, int max)
   if (neg)
     n = -n;
   return n >= min && n <= max;
+}
+
+/* Plain seconds: digits, an optional fraction, in [0.01, 3600]; the
+ * plugin may accept more spellings (strtod's), never fewer.
+ */
+static bool
+plain_seconds_in (const char *v)
+{
+  const char *p = v;
+  char *end;
+  double d;
+
+  if (*p < '0' || *p > '9')
+    return false;
+  while (*p >= '0' && *p <= '9')
+    p++;
+  if (*p == '.') {
+    p++;
+    if (*p < '0' || *p > '9')
+      return false;
+    while (*p >= '0' && *p <= '9')
+      p++;
+  }
+  if (*p || p - v > 12)
+    return false;
+  d = strtod (v, &end);
+  return d >= 0.01 && d <= 3600;
 }
 
 static bool
@@ -275,6 +307,14 @@ check_key (const char *key, const char *value, int r, bool repeated)
       fuzz_assert (field_num (key) == s, "%s=%s: stored %" PRId64,
                    key, value, field_num (key));
     break;
+  case K_SECONDS:
+    if (plain_seconds_in (value))
+      fuzz_assert (r == 0, "%s=%s: refused", key, value);
+    if (r == 0)
+      fuzz_assert (field_num (key) >= 10 && field_num (key) <= 3600000,
+                   "%s=%s: stored %" PRId64 " ms", key, value,
+                   field_num (key));
+    break;
   case K_CHOICE:
     fuzz_assert ((r == 0) == (strcmp (value, p->a) == 0 ||
                               strcmp (value, p->b) == 0),
@@ -354,9 +394,12 @@ fuzz_one (const uint8_t *data, size_t size)
     bool nbd_only = sp->tls_certificates || sp->tls_psk_file ||
       sp->tls_username || sp->tls_verify_peer != -1 || sp->connections ||
       sp->max_inflight || sp->request_timeout;
+    const char *journal = ramback_params.journal;
     bool want = uri != NULL &&
       !(ramback_params.size && strstr (uri, "://")) &&
-      !(nbd_only && !rb_store_is_nbd_uri (uri));
+      !(nbd_only && !rb_store_is_nbd_uri (uri)) &&
+      !(ramback_params.commit_interval_ms && journal == NULL) &&
+      !(journal && strcmp (journal, uri) == 0);
     int r;
 
     shim_errors = 0;

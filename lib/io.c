@@ -36,13 +36,7 @@
  *    store's errno.
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
@@ -196,20 +190,34 @@ premark_dirty (struct rb *rb, const struct req *r)
  * write, so the limit can be exceeded by at most the writes in progress
  * at once (nbdkit threads x request size).
  */
+static bool
+over (struct rb *rb, uint64_t limit)
+{
+  return (chunkmap_dirty (&rb->map) +
+          rb_atomic_load (&rb->inflight_chunks)) *
+    (uint64_t) rb->chunk_size +
+    rb_atomic_load (&rb->unsynced_bytes) >= limit;
+}
+
+bool
+rb_over_dirty_limit (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+  return limit != 0 && over (rb, limit);
+}
+
 void
 rb_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
-#define OVER() ((chunkmap_dirty (&rb->map) +                              \
-                 rb_atomic_load (&rb->inflight_chunks)) *                 \
-                (uint64_t) rb->chunk_size +                               \
-                rb_atomic_load (&rb->unsynced_bytes) >= limit)
+#define OVER() over (rb, limit)
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
-  if (rb->txns)                 /* the dirty data drains by commits */
-    rb_txn_hurry (rb);
+  if (rb->jops)                 /* the dirty data drains by commits */
+    rb->jops->hurry (rb);
   else
     rb_flusher_kick (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -322,7 +330,7 @@ journal_write (struct rb *rb, const struct req *r)
   int ret = 0;
 
   rb_throttle (rb);
-  if (rb_txn_write_begin (rb, r->c0, r->c1, &reserved) == -1)
+  if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
   if (!loaded (rb, r->c0, r->c1))
     ret = slow_path (rb, r);
@@ -331,9 +339,9 @@ journal_write (struct rb *rb, const struct req *r)
     apply (rb, r);
     mark_dirty (rb, r, pre);
   }
-  rb_txn_write_end (rb, reserved);
+  rb->jops->write_end (rb, reserved);
   if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
-    ret = rb_txn_wait_applied (rb);
+    ret = rb->jops->wait_applied (rb);
   else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
     ret = rb_sync (rb, -1);
   return ret;
@@ -351,7 +359,7 @@ do_write (struct rb *rb, const struct req *r)
     rb_set_error (EROFS, "the backing store is read-only");
     return -1;
   }
-  if (rb->txns)
+  if (rb->jops)
     return journal_write (rb, r);
   if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
       ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
@@ -450,8 +458,8 @@ int
 rb_flush (struct rb *rb)
 {
   if (!rb->cfg.fsync_wait) {
-    if (rb->txns)               /* a commit point, without waiting */
-      rb_txn_request_commit (rb);
+    if (rb->jops)               /* a commit point, without waiting */
+      rb->jops->request_commit (rb);
     return 0;
   }
   return rb_sync (rb, -1);

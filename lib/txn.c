@@ -200,6 +200,8 @@ txn_free (struct txn *t)
 
 /* ---- open, close ---- */
 
+static const struct rb_journal_ops journal_ops;
+
 int
 rb_txn_open (struct rb *rb)
 {
@@ -277,6 +279,7 @@ rb_txn_open (struct rb *rb)
     rb_log ("journal: empty, nothing to replay%s",
             t->replay.torn ? " (ignored a damaged or incomplete transaction)"
             : "");
+  rb->jops = &journal_ops;
   return 0;
 }
 
@@ -344,14 +347,14 @@ hurry_locked (struct rb *rb)
   rb_cond_signal (&t->applier_cond);
 }
 
-void
+static void
 rb_txn_hurry (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   hurry_locked (rb);
 }
 
-int
+static int
 rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
                     uint64_t *reserved)
 {
@@ -410,7 +413,7 @@ rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
   return 0;
 }
 
-void
+static void
 rb_txn_write_end (struct rb *rb, uint64_t reserved)
 {
   struct rb_txns *t = rb->txns;
@@ -431,7 +434,7 @@ rb_txn_write_end (struct rb *rb, uint64_t reserved)
   }
 }
 
-void
+static void
 rb_txn_request_commit (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -439,7 +442,7 @@ rb_txn_request_commit (struct rb *rb)
   rb_cond_signal (&rb->flusher_cond);
 }
 
-int
+static int
 rb_txn_wait_applied (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
@@ -1083,7 +1086,7 @@ applier_thread (void *arg)
   return applier_main (arg);
 }
 
-int
+static int
 rb_txn_start (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
@@ -1102,7 +1105,7 @@ rb_txn_start (struct rb *rb)
   return 0;
 }
 
-int
+static int
 rb_txn_stop (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
@@ -1171,3 +1174,13 @@ rb_txn_stats (struct rb *rb, struct rb_stats *st)
       ? (rb_now_ns () - t->dirty_since) / 1e9 : 0;
   }
 }
+
+static const struct rb_journal_ops journal_ops = {
+  .start = rb_txn_start,
+  .stop = rb_txn_stop,
+  .write_begin = rb_txn_write_begin,
+  .write_end = rb_txn_write_end,
+  .request_commit = rb_txn_request_commit,
+  .hurry = rb_txn_hurry,
+  .wait_applied = rb_txn_wait_applied,
+};
