@@ -163,7 +163,7 @@ expect_err "\(EINVAL\)$"
 stop_nbdkit "$lazy_pid" || fail "nbdkit did not stop after an ERR reply"
 # ... and a backing store that fails every write (ENOSPC).
 nbdkit -U "$TMP/full.sock" -P "$TMP/full.pid" full 4M
-cleanup_fn _kill_if_running "$(cat "$TMP/full.pid")"
+cleanup_fn _kill_pidfile "$TMP/full.pid"
 start_ramback onfull back="nbd+unix:///?socket=$TMP/full.sock"
 nbd_write "$onfull_uri" 0 65536 9
 run_rb 6 sync --timeout=30 "$onfull_ctl"

@@ -19,7 +19,7 @@ start_rb rb back="$back"
 # And one whose backing store is NBD (its own status fields).
 requires nbdkit
 nbdkit -U "$TMP/mem.sock" -P "$TMP/mem.pid" memory 1M
-cleanup_fn _kill_if_running "$(cat "$TMP/mem.pid")"
+cleanup_fn _kill_pidfile "$TMP/mem.pid"
 start_rb nb back="nbd+unix:///?socket=$TMP/mem.sock"
 
 /usr/bin/python3 - "$rb_ctl" "$nb_ctl" <<'EOP'
