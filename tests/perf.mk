@@ -2,6 +2,7 @@
 # Write-back cost: what the status counts, the direct I/O path of the
 # file store, and that an idle server uses no CPU.
 perf_tests = \
+	test-direct-io.sh \
 	test-written-bytes.sh \
 	$(NULL)
 TESTS += $(perf_tests)
