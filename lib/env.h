@@ -42,10 +42,10 @@ extern void rb_cond_broadcast (rb_cond *c);
 /* Start a thread; -1 with errno on failure. */
 extern int rb_thread_create (rb_thread *t, void *(*fn) (void *), void *arg);
 extern void rb_thread_join (rb_thread t);
-/* Called by a background thread on itself: lower its CPU priority, so
- * write back and populate never starve application I/O of CPU (one of
- * the seed's bugs); the disk is still kept busy whenever the CPU is
- * idle.
+/* Called by a background thread on itself: lower its CPU and I/O
+ * priority, so write back and populate never starve application I/O of
+ * CPU (one of the seed's bugs) or of the disk; the disk is still kept
+ * busy whenever the CPU is idle.
  */
 extern void rb_thread_background (void);
 

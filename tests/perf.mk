@@ -3,6 +3,7 @@
 # file store, and that an idle server uses no CPU.
 perf_tests = \
 	test-direct-io.sh \
+	test-idle-cpu.sh \
 	test-written-bytes.sh \
 	$(NULL)
 TESTS += $(perf_tests)
