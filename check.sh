@@ -14,6 +14,7 @@
 # 6. the device-mapper target built against Debian's kernel headers and
 #    tested inside the QEMU guest (never on this machine's kernel),
 # 7. make distcheck: the release tarball builds and passes make check
+#    (unit tests and a subset of the shell tests: scripts/check-dist.sh)
 #    from a read-only source tree, installs and uninstalls cleanly,
 # 8. the Debian packages: built, linted, installed, their installed
 #    files smoke-tested (dkms builds the dm target, never loads it),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# bench-remote.sh: remote disk acceleration (issue 4).  In one run, side
+# bench-remote.sh: remote disk acceleration.  In one run, side
 # by side, a client using a slow remote NBD export directly against the
 # same client through ramback (back=nbd+unix://..., fsync=ignore):
 #
@@ -13,7 +13,7 @@
 #      remote: nbdkit file behind the delay and rate filters, so the
 #      link's bandwidth is known (--rate); also measured with nbdcopy.
 #
-# Targets (issue 4): 1 and 2 at least 25x faster through ramback, 3 and 4
+# Targets: 1 and 2 at least 25x faster through ramback, 3 and 4
 # at least 80% of the link's bandwidth.
 #
 #   bench/bench-remote.sh [--quick] [--build=DIR] [--size=SIZE]

@@ -11,6 +11,13 @@
  *    the map lives in a ram= file (resume.c), the chunks are also moved
  *    to DIRTY *before* the copy, so a crash in the middle of it finds
  *    them dirty; the move after the copy stays (the flusher race).
+ *    A zero is the exception: it turns whole loaded chunks into ZERO
+ *    chunks ("write back as a hole") *before* it zeroes RAM.  Moved
+ *    after, it could overwrite the DIRTY of a write that landed in RAM
+ *    after the zero, and the store would get a hole where RAM holds
+ *    that write's data.  Moved before, any later write moves the chunk
+ *    on to DIRTY after its own copy, so the chunk is written back as
+ *    whatever RAM ends up holding.
  *
  *  - Slow path: some chunk is still EMPTY (populate has not reached it).
  *    Take a range over the chunks, load what the request needs ahead of
@@ -119,10 +126,11 @@ apply (struct rb *rb, const struct req *r)
     ramimage_zero (&rb->ram, r->offset, r->count);
 }
 
-/* Mark the touched chunks dirty.  A zero makes the fully covered
- * chunks ZERO; a partial zero leaves a ZERO chunk ZERO.  'empty' is
- * CS_BIT (CS_EMPTY) after RAM changed (fully covered chunks that were
- * never loaded now hold the data), 0 before.
+/* Mark the touched chunks dirty.  A partial zero leaves a ZERO chunk
+ * ZERO.  'empty' is CS_BIT (CS_EMPTY) after RAM changed (fully covered
+ * chunks that were never loaded now hold the data; a zero makes them
+ * ZERO), 0 before.  Loaded chunks a zero covers fully were made ZERO
+ * before RAM changed (zero_full_chunks).
  */
 static uint64_t
 move_dirty (struct rb *rb, const struct req *r, unsigned empty)
@@ -136,10 +144,8 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
                            CS_DIRTY, NULL);
   else {
     moved = 0;
-    if (full_chunks (rb, r, &f, &l))
-      moved += chunkmap_move (&rb->map, f, l - f + 1,
-                              empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_DIRTY),
-                              CS_ZERO, NULL);
+    if (empty && full_chunks (rb, r, &f, &l))
+      moved += chunkmap_move (&rb->map, f, l - f + 1, empty, CS_ZERO, NULL);
     if (partial (rb, r, r->c0))
       moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
@@ -160,14 +166,29 @@ mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
     rb_flusher_kick (rb);
 }
 
-/* Before RAM changes, if the map outlives us (resume.c): a crash in the
- * middle of the copy must find the chunks dirty.  EMPTY chunks stay
- * EMPTY until the copy is complete (a resume loads them again).
+/* Before a zero changes RAM: the loaded chunks it covers fully become
+ * ZERO (see the top of the file for why not after).
+ */
+static uint64_t
+zero_full_chunks (struct rb *rb, const struct req *r)
+{
+  uint64_t f, l;
+
+  if (r->op != OP_ZERO || !full_chunks (rb, r, &f, &l))
+    return 0;
+  return chunkmap_move (&rb->map, f, l - f + 1,
+                        CS_BIT (CS_CLEAN) | CS_BIT (CS_DIRTY), CS_ZERO, NULL);
+}
+
+/* Before RAM changes.  A zero's whole chunks, and if the map outlives
+ * us (resume.c) everything: a crash in the middle of the copy must find
+ * the chunks dirty.  EMPTY chunks stay EMPTY until the copy is complete
+ * (a resume loads them again; a reader must not take them as loaded).
  */
 static uint64_t
 premark_dirty (struct rb *rb, const struct req *r)
 {
-  return rb->nb ? move_dirty (rb, r, 0) : 0;
+  return zero_full_chunks (rb, r) + (rb->nb ? move_dirty (rb, r, 0) : 0);
 }
 
 /* Writers wait while dirty + in-flight + unsynced data is over the

@@ -134,6 +134,30 @@ __wrap_pthread_cond_timedwait (pthread_cond_t *c, pthread_mutex_t *m,
   return r;
 }
 
+/* --- holding a zero request after it changed RAM ---------------------- */
+
+/* Also linked with --wrap=ramimage_zero: a thread that set hold_zero
+ * stops right after its zero reached RAM, before the request path moves
+ * the chunk states, and stays there until zero_go is set.
+ */
+extern void __real_ramimage_zero (struct ramimage *ri, uint64_t off,
+                                  uint64_t len);
+void __wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len);
+
+static __thread bool hold_zero;
+static bool zero_held, zero_go;         /* [atomic] */
+
+void
+__wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len)
+{
+  __real_ramimage_zero (ri, off, len);
+  if (!hold_zero)
+    return;
+  __atomic_store_n (&zero_held, true, __ATOMIC_SEQ_CST);
+  TS_WAIT (__atomic_load_n (&zero_go, __ATOMIC_SEQ_CST),
+           "the test to let the held zero go on");
+}
+
 /* --- fixture --------------------------------------------------------- */
 
 struct fx {
@@ -247,7 +271,7 @@ stall_flusher (struct fx *f, uint64_t c)
 struct job {
   struct fx *f;
   const char *tag;
-  enum { J_WRITE, J_READ, J_SYNC } op;
+  enum { J_WRITE, J_READ, J_SYNC, J_ZERO } op;
   uint8_t *buf;
   uint32_t len;
   uint64_t off;
@@ -274,8 +298,13 @@ job_main (gpointer arg)
   case J_SYNC:
     j->r = rb_sync (j->f->rb, -1);
     break;
+  case J_ZERO:
+    hold_zero = true;
+    j->r = rb_zero (j->f->rb, j->len, j->off, j->flags);
+    hold_zero = false;
+    break;
   }
-  if (j->r == 0 && j->op != J_READ)
+  if (j->r == 0 && j->op != J_READ && j->op != J_ZERO)
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
   __atomic_store_n (&j->done, true, __ATOMIC_SEQ_CST);
   return NULL;
@@ -811,6 +840,39 @@ test_sync_error_inflight (void)
   fx_finish (&f, "a write in flight across a failed sync");
 }
 
+/* --- zero against write -------------------------------------------------- */
+
+/* Writeback, loaded, no lock on the fast path.  Z zeroes chunk X (whole)
+ * and is held right after RAM is zeroed; W writes new data over X and
+ * returns; Z goes on.  RAM holds W's data, so X must be written back as
+ * that data: a zero request that marks X as a hole *after* W marked it
+ * dirty would make the store lose W's write.
+ */
+static void
+test_zero_vs_write (void)
+{
+  struct fx f;
+  uint64_t x = 40 * CHUNK;
+  g_autofree uint8_t *w = NULL;
+  struct job z;
+
+  fx_open (&f, 91, false, true, true, 0);
+  sync_until_ok (f.rb);
+  w = fx_random (&f, CHUNK);
+  __atomic_store_n (&zero_held, false, __ATOMIC_SEQ_CST);
+  __atomic_store_n (&zero_go, false, __ATOMIC_SEQ_CST);
+  z = (struct job) { .f = &f, .tag = "zeroer", .op = J_ZERO,
+                     .len = CHUNK, .off = x };
+  job_start (&z);
+  TS_WAIT (__atomic_load_n (&zero_held, __ATOMIC_SEQ_CST),
+           "the zero to reach RAM");
+  fx_write (&f, w, CHUNK, x, 0);        /* W, after Z in RAM */
+  __atomic_store_n (&zero_go, true, __ATOMIC_SEQ_CST);
+  job_join (&z);
+  g_assert_cmpint (z.r, ==, 0);
+  fx_finish (&f, "a write racing a zero of the same chunk");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -833,5 +895,6 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sync-error-writethrough",
                    test_sync_error_writethrough);
   g_test_add_func ("/interleave/sync-error-fua", test_sync_error_fua);
+  g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);
   return g_test_run ();
 }

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Helpers of the core plugin's tests (issue 2), sourced after functions.sh:
+# Helpers of the core plugin's tests, sourced after functions.sh:
 #
 # (start_rb, stop_rb and fail are in functions.sh)
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# tests of the core plugin (issue 2)
+# tests of the core plugin
 core_tests = \
 	test-model.sh \
 	test-populate.sh \

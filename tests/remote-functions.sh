@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Helpers of the NBD backing store tests (issue 4), sourced after
+# Helpers of the NBD backing store tests, sourced after
 # functions.sh.  The "remote" is a real NBD server started by the test,
 # on a Unix socket in $TMP or on 127.0.0.1.
 #

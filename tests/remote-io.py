@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""Data generator and checker of the NBD backing store tests (issue 4).
+"""Data generator and checker of the NBD backing store tests.
 
 The model is a plain file holding what the device must contain; every
 acknowledged write and zero is applied to it.  Tests compare it with the

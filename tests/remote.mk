@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Tests of NBD backing stores (issue 4): lib/store-nbd.c on its own, and
+# Tests of NBD backing stores: lib/store-nbd.c on its own, and
 # the plugin in front of real NBD servers (nbdkit, qemu-nbd, nbd-server)
 # started by each test on a Unix socket or 127.0.0.1.
 
