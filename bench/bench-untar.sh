@@ -58,12 +58,34 @@ PY=/usr/bin/python3
 
 WORK=$(mktemp -d "$workroot/ramback-bench-untar.XXXXXX")
 pids=() mnt= loop= fuse=
+# Undo attach, in order.  A loop device is detached only once nobody
+# has it open (udev probes it after every change), and the FUSE file
+# below it stays busy until then: wait for both, bounded.
 teardown () {
+    local i
     set +e
     [ -z "$mnt" ] || { umount "$mnt"; mnt=; }
-    [ -z "$loop" ] || { losetup -d "$loop"; loop=; }
-    # As root, umount does what fusermount3 -u does.
-    [ -z "$fuse" ] || { umount "$fuse"; fuse=; }
+    if [ -n "$loop" ]; then
+        command -v udevadm >/dev/null && udevadm settle
+        losetup -d "$loop"
+        for (( i = 0; i < 600; i++ )); do
+            [ -e "/sys/block/${loop#/dev/}/loop/backing_file" ] || break
+            sleep 0.05
+        done
+        loop=
+    fi
+    if [ -n "$fuse" ]; then
+        # As root, umount does what fusermount3 -u does.
+        for (( i = 0; i < 100; i++ )); do
+            umount "$fuse" 2>/dev/null && break
+            sleep 0.1
+        done
+        if mountpoint -q "$fuse"; then
+            echo "$prog: $fuse is still busy; unmounting it lazily" >&2
+            umount -l "$fuse"
+        fi
+        fuse=
+    fi
 }
 cleanup () {
     local p
@@ -132,6 +154,7 @@ attach () {
 }
 detach () {
     teardown
+    set -e
     rm -f "$WORK/fuse.pid"
 }
 
@@ -149,6 +172,19 @@ timed () {
     sync
     t1=$EPOCHREALTIME
     $PY -c 'import sys; print("%.3f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t0" "$t1"
+}
+
+# ticks PID...: CPU clock ticks (user + system) of these processes.
+ticks () {
+    local p t=0 v
+    for p in "$@"; do
+        read -r -a v < <(sed 's/^.*) //' "/proc/$p/stat")
+        t=$(( t + v[11] + v[12] ))
+    done
+    echo "$t"
+}
+status_field () {
+    ctl "$1" "status json" | $PY -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
 }
 
 declare -A res
@@ -176,14 +212,30 @@ for (( r = 1; r <= runs; r++ )); do
         attach "$uri"
         # ramback: the mkfs is on the slow disk before the timed part.
         [ "$target" != ramback ] || { sync; ctl "$WORK/rb.ctl" sync; }
+        # The servers' CPU during the timed part (ramback: with the slow
+        # disk's server, which receives the write back).
+        case $target in
+        slow) srv=("$slow_pid") ;;
+        ramback) srv=("$rb_pid" "$slow_pid")
+                 w0=$(status_field "$WORK/rb.ctl" written_bytes)
+                 s0=$(status_field "$WORK/rb.ctl" stored_bytes) ;;
+        memory) srv=("$mem_pid") ;;
+        esac
+        c0=$(ticks "${srv[@]}")
         secs=$(timed)
+        c1=$(ticks "${srv[@]}")
         res[$target]+=" $secs"
-        extra=
+        res[cpu_$target]+=" $(( c1 - c0 ))"
+        extra=", servers' CPU $(( c1 - c0 )) ticks"
         if [ "$target" = ramback ]; then
             t0=$EPOCHREALTIME
             ctl "$WORK/rb.ctl" sync
-            extra=", then drained to the slow disk in $($PY -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t0" "$EPOCHREALTIME") s"
-            res[drain]+=" ${extra#*in }"
+            d=$($PY -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t0" "$EPOCHREALTIME")
+            res[drain]+=" $d"
+            w1=$(status_field "$WORK/rb.ctl" written_bytes)
+            s1=$(status_field "$WORK/rb.ctl" stored_bytes)
+            res[amp]+=" $($PY -c 'import sys; a = [int(x) for x in sys.argv[1:]]; print("%.2f" % ((a[3] - a[2]) / max(a[1] - a[0], 1)))' "$w0" "$w1" "$s0" "$s1")"
+            extra+=", then drained to the slow disk in $d s; written back ${res[amp]##* }x what was written"
         fi
         log "run $r, $target: untar+sync $secs s$extra"
         detach
@@ -196,10 +248,13 @@ for (( r = 1; r <= runs; r++ )); do
 done
 
 SLOW="${res[slow]}" RB="${res[ramback]}" MEM="${res[memory]}" \
-DRAIN="${res[drain]//s/}" $PY - "$nfiles" "$tarsz" "$delay" "$runs" "$size" <<'EOP'
+DRAIN="${res[drain]}" AMP="${res[amp]}" CSLOW="${res[cpu_slow]}" \
+CRB="${res[cpu_ramback]}" CMEM="${res[cpu_memory]}" \
+$PY - "$nfiles" "$tarsz" "$delay" "$runs" "$size" "$(getconf CLK_TCK)" <<'EOP'
 import os, statistics as st, sys, time
-nf, mb, delay, runs, size = sys.argv[1:]
-v = {k: [float(x) for x in os.environ[k].split()] for k in ("SLOW", "RB", "MEM", "DRAIN")}
+nf, mb, delay, runs, size, tck = sys.argv[1:]
+v = {k: [float(x) for x in os.environ[k].split()]
+     for k in ("SLOW", "RB", "MEM", "DRAIN", "AMP", "CSLOW", "CRB", "CMEM")}
 m = {k: st.median(x) for k, x in v.items()}
 print("ramback bench-untar: %s, %s, %d CPUs; host ext4 on loop on nbdfuse, %s device;"
       % (time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), os.uname().release,
@@ -207,11 +262,14 @@ print("ramback bench-untar: %s, %s, %d CPUs; host ext4 on loop on nbdfuse, %s de
 print("untar of %s files (%s MiB) + sync, medians of %s; slow disk: nbdkit file + delay %s"
       % (nf, mb, runs, delay))
 print()
-print("%-10s %9s   %s" % ("", "seconds", "runs"))
+print("%-10s %9s %11s   %s" % ("", "seconds", "server CPU", "runs (seconds)"))
 for k, name in (("SLOW", "slow"), ("RB", "ramback"), ("MEM", "memory")):
-    print("%-10s %9.2f   %s" % (name, m[k], " ".join("%.2f" % x for x in v[k])))
+    print("%-10s %9.2f %9.2f s   %s" % (name, m[k], m["C" + k] / float(tck),
+                                       " ".join("%.2f" % x for x in v[k])))
 print()
 print("ramback vs slow disk: %.1fx faster (target >= 30x)" % (m["SLOW"] / m["RB"]))
 print("ramback vs memory:    %.2fx the time (target <= 1.1x)" % (m["RB"] / m["MEM"]))
 print("ramback's drain to the slow disk after the sync: %.1f s (median)" % m["DRAIN"])
+print("ramback's write amplification (stored / written bytes): %.2f (median)" % m["AMP"])
+print("(server CPU: ramback's nbdkit plus the slow disk's, which receives the write back)")
 EOP
