@@ -42,12 +42,12 @@ if [ ! -f "$kdir/Makefile" ]; then
   exit 1
 fi
 
-mkdir -p "$build/dm/kinclude" "$build/lib" "$out"
+mkdir -p "$build/dm" "$build/lib/env/kernel" "$out"
 # Only sources, with their timestamps (cp -p), so the scratch tree keeps
 # its objects between runs and make rebuilds just what changed.
 cp -p "$here"/Kbuild "$here"/*.[ch] "$build/dm/"
-cp -p "$here"/kinclude/*.h "$build/dm/kinclude/"
 cp -p "$top"/lib/*.[ch] "$build/lib/"
+cp -p "$top"/lib/env/kernel/*.h "$build/lib/env/kernel/"
 
 make -s -C "$kdir" M="$build/dm" ${W:+W=$W} modules >&2
 cp "$build/dm/dm-ramback.ko" "$out/"

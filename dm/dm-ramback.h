@@ -4,29 +4,37 @@
  * writes dirty chunks back to a backing device continuously.  The kernel
  * form of ramback (the 2008 "ramback" dm patch, redone).
  *
- * Shared with the userspace core, compiled from lib/ unchanged:
+ * The engine is lib/'s, compiled unchanged through the kernel OS shim
+ * (lib/env/kernel/env-impl.h), with its state in struct rb:
+ *   flush.c      the flusher: sweeps, syncs, the fsyncgate rule (a
+ *                failed sync re-dirties everything it may have lost)
+ *   populate.c   populate and demand loads
  *   chunkmap.c   chunk states (EMPTY/CLEAN/DIRTY/ZERO), lock-free, with
- *                the hints that find dirty and empty chunks in O(found)
- *   sumbits.c    those hints
+ *   sumbits.c    the hints that find dirty and empty chunks in O(found)
  *   rangelock.c  ordered range locks: the rule that closes the seed's
  *                populate race and flush race
- * through the kernel shim env-kernel.h.
  *
  * Files:  rbk-target.c  table, map, status, messages, suspend/resume
- *         rbk-io.c      the RAM image, backing I/O, the slow paths
- *         rbk-bg.c      the flusher and populator threads
+ *         rbk-io.c      the RAM image, bios to and from it, the slow
+ *                       paths map() defers
+ *         rbk-store.c   the backing store lib/ writes to: bios to the
+ *                       backing device (struct rb_store)
+ *         rbk-bg.c      the kthreads around lib's step functions, sync
+ *                       and drain
+ *         rbk-env.c     what lib/ calls beyond the shim (messages,
+ *                       integer bandwidth arithmetic, the sticky error)
  *
  * Who touches what:
  *   map() fast path   loaded chunks, writeback mode: copy to/from RAM,
- *                     then chunkmap_move() to DIRTY.  No lock, no sleep.
+ *                     then chunkmap_move() to DIRTY.  No lock, no sleep:
+ *                     an idle flusher is woken through a work item.
  *   workqueue         everything else map() defers: demand loads, writes
  *                     to chunks still EMPTY, every writethrough write.
  *                     These take a range (they may sleep).
- *   flusher kthread   sweeps dirty chunks to the backing device.
- *   populator kthread loads EMPTY chunks in order, from the first resume.
+ *   flusher kthread   rb_flush_step() and rb_flusher_wait() in a loop.
+ *   populator kthread rb_populate_step() in a loop, from the first resume.
  * Nothing holds a range across anything but its own backing I/O, and
- * map() never waits on backing I/O (a bio submitted from map() is only
- * queued, on current->bio_list, until map() returns).
+ * map() never waits on backing I/O.
  *
  * Data that cannot be written back is never dropped (rbk-bg.c,
  * rbk_drain): an interrupted suspend leaves it in RAM with the device
@@ -46,34 +54,14 @@
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 
-#include "chunkmap.h"
-#include "rangelock.h"
+#include "internal.h"
 
 #define DM_MSG_PREFIX "ramback"
 
-enum rbk_mode {
-	RBK_WRITEBACK,
-	RBK_WRITETHROUGH,
-};
-
-/* Largest single backing I/O (a run of chunks) and one flusher batch. */
-#define RBK_RUN_BYTES		(1024 * 1024)
-#define RBK_BATCH_RUNS		32
-#define RBK_BATCH_BYTES		(32 * 1024 * 1024)
-/* Runs loaded in parallel by one demand load. */
-#define RBK_LOAD_RUNS		8
-/* Retry delays after backing I/O errors. */
-#define RBK_BACKOFF_MIN_MS	50
-#define RBK_BACKOFF_MAX_MS	5000
-/* CPU priority of the flusher and populator: never starve application I/O. */
-#define RBK_BG_NICE		5
-
-struct rbk_run {
-	u64 first, n;		/* chunks */
-	u64 taken;		/* moved DIRTY -> CLEAN by the flusher */
-};
-
 struct rbk {
+	struct rb rb;			/* the shared engine (lib/internal.h) */
+	struct rb_store store;		/* rbk-store.c: rb.store */
+
 	struct dm_target *ti;		/* NULL once orphaned */
 	struct dm_dev *dev;		/* backing device; NULL once orphaned */
 	struct block_device *bdev;	/* where backing I/O goes: dev's, or
@@ -82,20 +70,9 @@ struct rbk {
 	struct mapped_device *md;	/* the device of ti's table */
 	struct list_head list;		/* rbk_registry (rbk-target.c) */
 	char name[16];			/* md's "major:minor", for messages */
-	u64 size;			/* bytes */
-	unsigned int chunk_shift;	/* log2 of the chunk size in bytes */
-	u64 nchunks;
+	bool rb_ready;			/* rb's map, locks and conds set up */
 
-	struct page **pages;		/* the RAM image, one page each */
-	unsigned long npages;
-
-	struct chunkmap map;		/* lib/chunkmap.c */
-	bool map_ready;
-	struct rangelock rl;		/* lib/rangelock.c */
-
-	int mode;			/* enum rbk_mode; READ/WRITE_ONCE */
 	bool populate;			/* background populate wanted; ONCE */
-	bool populated;			/* all loaded; acquire/release */
 	bool suspended;			/* written [lock]; read ONCE */
 	bool populating;		/* a populate run is under way [lock] */
 	bool resumed;			/* resumed at least once [registry] */
@@ -103,34 +80,17 @@ struct rbk {
 					 * [registry] */
 	bool orphan;			/* removed with dirty data; the flusher
 					 * owns everything now; ONCE */
-	bool sweep_failed;		/* the last sweep failed [lock] */
 
 	struct workqueue_struct *wq;	/* deferred (slow path) bios */
+	struct work_struct kick;	/* wakes an idle flusher for map() */
 	struct bio_set bs;
 
 	struct task_struct *flusher, *populator;
-	wait_queue_head_t flusher_wait;	/* dirty data, a sync request, stop */
 	wait_queue_head_t populator_wait; /* populate may run again, stop */
 	wait_queue_head_t populator_idle; /* a populate run ended */
-	wait_queue_head_t sync_wait;	/* a sweep finished */
-
-	/*
-	 * Sync tickets: rbk_sync() takes ++sync_requested; a flusher sweep
-	 * covers every ticket issued before it began and ends with a
-	 * backing flush per batch.  sync_done/sync_failed: the highest
-	 * tickets a sweep completed or failed.  [lock]
-	 */
 	spinlock_t lock;
-	u64 sync_requested, sync_done, sync_failed;
 
-	/* The flusher's batch (too big for its stack). [flusher] */
-	struct rbk_run runs[RBK_BATCH_RUNS];
-	struct rl_node nodes[RBK_BATCH_RUNS];
-
-	/* Statistics, in chunks unless noted. */
-	atomic64_t inflight;		/* being written back now */
-	atomic64_t demand_loaded;	/* loaded ahead of the populator */
-	atomic64_t stored;		/* written back by the flusher */
+	/* Statistics (the rest are rb's). */
 	atomic64_t written_through;	/* application writes, in bios */
 	int error;			/* first backing error (-errno), sticks */
 };
@@ -142,24 +102,6 @@ struct rbk_bio {
 	u64 offset, count;		/* bytes, relative to the target */
 };
 
-static inline u64 rbk_chunk_of(const struct rbk *rbk, u64 offset)
-{
-	return offset >> rbk->chunk_shift;
-}
-
-static inline u64 rbk_chunk_offset(const struct rbk *rbk, u64 c)
-{
-	return c << rbk->chunk_shift;
-}
-
-/* Bytes of chunks [c, c+n) that exist (the last chunk may be short). */
-static inline u64 rbk_chunks_bytes(const struct rbk *rbk, u64 c, u64 n)
-{
-	u64 start = rbk_chunk_offset(rbk, c), end = rbk_chunk_offset(rbk, c + n);
-
-	return min(end, rbk->size) - start;
-}
-
 static inline const char *rbk_name(const struct rbk *rbk)
 {
 	return rbk->name;
@@ -167,13 +109,13 @@ static inline const char *rbk_name(const struct rbk *rbk)
 
 /*
  * Every chunk of [c0, c1] has been loaded (they never become EMPTY again).
- * The acquire pairs with the xchg() in rbk_check_populated(), which comes
- * after the chunk moves of the loads, so RAM is seen loaded too.
+ * rb.populated is set with a fully ordered exchange after the chunk
+ * moves of the loads (rb_check_populated), so RAM is seen loaded too.
  */
 static inline bool rbk_loaded(struct rbk *rbk, u64 c0, u64 c1)
 {
-	return smp_load_acquire(&rbk->populated) ||
-	       chunkmap_all(&rbk->map, c0, c1 - c0 + 1, CS_LOADED);
+	return rb_atomic_load(&rbk->rb.populated) ||
+	       chunkmap_all(&rbk->rb.map, c0, c1 - c0 + 1, CS_LOADED);
 }
 
 /* rbk-io.c */
@@ -181,30 +123,28 @@ int rbk_ram_alloc(struct rbk *rbk);
 void rbk_ram_free(struct rbk *rbk);
 void rbk_copy_bio(struct rbk *rbk, struct bio *bio, u64 offset, bool to_ram);
 void rbk_mark_dirty(struct rbk *rbk, u64 c0, u64 c1);
-void rbk_record_error(struct rbk *rbk, int err, const char *what,
-		      u64 offset, u64 count);
-int rbk_load_chunks(struct rbk *rbk, u64 first, u64 n, u64 *loaded);
-void rbk_check_populated(struct rbk *rbk);
 void rbk_slow_work(struct work_struct *work);
 
-struct rbk_sync;
-struct rbk_span {
-	struct rbk_sync *sync;
-	blk_status_t status;
-};
+/* rbk-store.c */
+void rbk_store_init(struct rbk *rbk);
 struct rbk_sync {
 	atomic_t pending;
 	struct completion done;
 };
+struct rbk_span {
+	struct rbk_sync *sync;
+	blk_status_t status;
+};
 void rbk_sync_init(struct rbk_sync *sync);
 void rbk_sync_wait(struct rbk_sync *sync);
-void rbk_ram_io(struct rbk *rbk, blk_opf_t opf, u64 offset, u64 len,
-		struct rbk_span *span);
+void rbk_vm_io(struct rbk *rbk, blk_opf_t opf, void *buf, u64 offset,
+	       u64 len, struct rbk_span *span);
 
 /* rbk-bg.c */
 int rbk_start_threads(struct rbk *rbk);
 void rbk_stop_threads(struct rbk *rbk);
 void rbk_kick_flusher(struct rbk *rbk);
+void rbk_kick_work(struct work_struct *work);
 void rbk_kick_populator(struct rbk *rbk);
 int rbk_sync(struct rbk *rbk, bool killable);
 int rbk_drain(struct rbk *rbk);

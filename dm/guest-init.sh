@@ -58,7 +58,9 @@ PAT=/dev/vdb
 
 # Status fields after "<start> <len> ramback" (see rbk-target.c).
 F_ERROR=1 F_CHUNKS=2 F_LOADED=3 F_DIRTY=4 F_INFLIGHT=5 F_MODE=6
-F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10
+F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10 F_STORED_BYTES=11
+F_LOADED_BYTES=12 F_UNSYNCED=13 F_WB_BPS=14 F_POP_BPS=15 F_SYNCS=16
+F_LIMIT=17 F_THROTTLED=18
 st () { dmsetup status "$1" | cut -d' ' -f$(( $2 + 3 )); }
 
 # Wait up to $4 seconds for field $2 of device $1 to equal $3.
@@ -277,7 +279,64 @@ stuck_reload () {
   dmsetup remove bk || fail "remove bk"
   dmsetup remove bk2 || fail "remove bk2"
 }
-SCRATCH_PHASES="populate_suspend stuck_suspend stuck_remove stuck_reload"
+# ---- discards: lib's zero path ----------------------------------------------
+# Region 0 (populate_suspend only read it), populate off: a discard whose
+# first and last chunks are partial must load them before it zeroes part
+# of them.  Z1 in writeback mode, Z2 in writethrough mode (on the backing
+# device when it completes); around each, 8 KiB must be untouched, in RAM
+# and, after a flush, on the backing device.  Sectors.
+Z1=81 NZ1=2046 Z2=8193 NZ2=126
+zsha () { head -c $(($1 * 512)) /dev/zero | sha256sum | cut -d' ' -f1; }
+zero_discard () {
+  local dev=/dev/mapper/bk0 around z1 z2 stored
+  phase zero-discard
+  dmsetup create bk0 --table "$(scratch 0)" || fail "create bk0 (region 0)"
+  around="$((Z1 - 16)):16 $((Z1 + NZ1)):16 $((Z2 - 16)):16 $((Z2 + NZ2)):16"
+  expect=
+  for r in $around; do
+    set -- $(echo "$r" | tr : ' ')
+    expect="$expect $1:$2:$(sha_of $dev "$1" "$2")"
+  done
+  z1="$Z1:$NZ1:$(zsha $NZ1)" z2="$Z2:$NZ2:$(zsha $NZ2)"
+  dmsetup create rb --table "0 $SECTORS ramback $dev 8 1 nopopulate" ||
+    fail "create rb (zero-discard)"
+  stored=$(st rb $F_STORED_BYTES)
+  blkdiscard -o $((Z1 * 512)) -l $((NZ1 * 512)) $RB || fail "discard Z1"
+  check $RB "$expect $z1" "after discard Z1"
+  dmsetup message rb 0 writethrough || fail "writethrough message (zero-discard)"
+  blkdiscard -o $((Z2 * 512)) -l $((NZ2 * 512)) $RB || fail "discard Z2"
+  check $dev "$z2" "backing device right after the writethrough discard Z2"
+  check $RB "$expect $z1 $z2" "after discard Z2"
+  dmsetup message rb 0 flush || fail "flush (zero-discard)"
+  [ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush (zero-discard)"
+  [ "$(st rb $F_STORED_BYTES)" -ge $((stored + NZ1 * 512)) ] ||
+    fail "the discards were not written back: stored bytes $stored -> $(st rb $F_STORED_BYTES)"
+  check $dev "$expect $z1 $z2" "backing device after the discards and flush"
+  dmsetup remove rb || fail "remove (zero-discard)"
+  dmsetup remove bk0 || fail "remove bk0"
+}
+# ---- the dirty limit: writers wait, never fail -----------------------------
+# Region 0 again.  1 MiB in 4 KiB bios from one dd arrives far faster than
+# write back capped at 1 MiB/s drains it, so with dirty_max 128 KiB
+# writes must wait (counted), none may fail, and the data must arrive.
+dirty_limit () {
+  local dev=/dev/mapper/bk0 want
+  phase dirty-limit
+  dmsetup create bk0 --table "$(scratch 0)" || fail "create bk0 (dirty-limit)"
+  dmsetup create rb --table "0 $SECTORS ramback $dev 8 4 dirty_max 131072 flush_rate 1048576" ||
+    fail "create rb (dirty-limit)"
+  wait_st rb $F_POPULATE populated 300
+  [ "$(st rb $F_LIMIT)" = 131072 ] || fail "dirty limit is '$(st rb $F_LIMIT)', not 131072"
+  want="20480:2048:$(sha_of $PAT 0 2048)"
+  apply $RB "20480:2048:0" || fail "writes under the dirty limit failed"
+  [ "$(st rb $F_THROTTLED)" -gt 0 ] || fail "1 MiB went past a 128 KiB dirty limit unthrottled"
+  check $RB "$want" "after the throttled writes"
+  dmsetup message rb 0 flush || fail "flush (dirty-limit)"
+  check $dev "$want" "backing device after the throttled writes"
+  dmsetup remove rb || fail "remove (dirty-limit)"
+  dmsetup remove bk0 || fail "remove bk0 (dirty-limit)"
+}
+SCRATCH_PHASES="populate_suspend zero_discard dirty_limit stuck_suspend stuck_remove stuck_reload"
 
 # ---- the module unloads cleanly, the verdict --------------------------------
 finish () {
@@ -295,7 +354,9 @@ finish () {
 
 # ---- bad tables are refused -------------------------------------------
 phase reject
-for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk"; do
+for t in "3" "12" "65536" "8 1 bogus" "8 3 writethrough nopopulate x" "8 junk" \
+         "8 1 flush_rate" "8 2 flush_rate fast" "8 2 populate_rate -1" \
+         "8 2 ups_window 86401" "8 2 dirty_max 1M"; do
   if dmsetup create bad --table "$(table $t)" 2>/dev/null; then
     fail "table '$t' was accepted"
   fi
@@ -370,6 +431,10 @@ check $BACK "$REGX_C" "backing device right after writethrough writes"
 check $RB "$REG_C" "after writes C"
 dmsetup message rb 0 flush || fail "flush message after C"
 [ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush in writethrough"
+[ "$(st rb $F_UNSYNCED)" = 0 ] || fail "unsynced bytes after flush: $(st rb $F_UNSYNCED)"
+[ "$(st rb $F_SYNCS)" -gt 0 ] || fail "no good flush of the backing device counted"
+[ "$(st rb $F_STORED_BYTES)" -ge $(( $(st rb $F_STORED) * 4096 )) ] ||
+  fail "stored bytes $(st rb $F_STORED_BYTES) below stored chunks $(st rb $F_STORED)"
 check_full $BACK "$FULL_C" "backing device after C and flush"
 dmsetup message rb 0 writeback || fail "writeback message"
 [ "$(st rb $F_MODE)" = writeback ] || fail "mode is not writeback"
@@ -384,12 +449,16 @@ dmsetup suspend rb || fail "suspend"
 check_full $BACK "$FULL_D" "backing device while suspended"
 dmsetup resume rb || fail "resume"
 
-# ---- E: table reload with dirty data, to 32 KiB chunks --------------------
+# ---- E: table reload with dirty data, to 32 KiB chunks, rate caps ---------
+# (capped well above what the guest moves: the caps must hold their
+# settings across the reload and the remove's drain must still end).
 phase reload
 apply $RB "$WR_E" || fail "writes E"
-dmsetup reload rb --table "$(table 64)" || fail "reload"
+dmsetup reload rb --table "$(table 64 4 flush_rate 8388608 populate_rate 67108864)" || fail "reload"
 dmsetup resume rb || fail "resume after reload"
 [ "$(st rb $F_CHUNKS)" = $((SECTORS / 64)) ] || fail "reloaded table has the wrong chunk count"
+dmsetup table rb | grep -q ' 64 4 flush_rate 8388608 populate_rate 67108864$' ||
+  fail "table does not show the rate caps: $(dmsetup table rb)"
 check $RB "$REG_E" "after reload"
 check_full $RB "$FULL_E" "full read after reload"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * ramback: lib/sumbits.c, compiled unchanged into dm-ramback.ko.  The kernel
- * shim (env-kernel.h) and the libc stand-ins (kinclude/) make it build.
+ * shim (lib/env/kernel/env-impl.h) makes it build.
  */
 #include "../lib/sumbits.c"

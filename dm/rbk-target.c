@@ -9,6 +9,12 @@
  *                  nopopulate     no background populate: chunks are
  *                                 loaded only when first read or
  *                                 partly written
+ *                  flush_rate <B/s>     cap write back (0: none)
+ *                  populate_rate <B/s>  cap background populate
+ *                  dirty_max <bytes>    writers wait while dirty, in
+ *                                       flight and unsynced data reach it
+ *                  ups_window <s>       ... or what write back can make
+ *                                       durable in that many seconds
  *
  * The RAM image is allocated by the target (len sectors of zeroed pages)
  * and the backing device holds the data at the same offsets, from
@@ -26,10 +32,17 @@
  * Status (INFO):
  *   <error> <chunks> <loaded> <dirty> <inflight> <mode> <populate>
  *   <demand loaded> <stored> <written through>
+ *   <stored bytes> <loaded bytes> <unsynced bytes> <write back B/s>
+ *   <populate B/s> <syncs> <dirty limit> <throttled>
  * error is the first backing device error (-errno, 0 if none); chunks,
  * loaded, dirty and inflight (being written back now) count chunks;
  * populate is populated, populating, paused or off; demand loaded and
- * stored count chunks; written through counts bios.
+ * stored count chunks; written through counts bios; unsynced bytes are
+ * written and not yet covered by a good flush of the backing device;
+ * the two rates are measured (0: not yet); syncs counts good flushes;
+ * dirty limit is the limit in force (bytes, 0: none), throttled counts
+ * writes that had to wait for it.
+ * Fields are only ever appended.
  *
  * Flushes (REQ_PREFLUSH) complete at once and FUA means nothing in
  * writeback mode: the data is safe in RAM, as with the 2008 patch and the
@@ -59,6 +72,7 @@
 
 #define RBK_DEFAULT_CHUNK_SECTORS	8
 #define RBK_MAX_CHUNK_SECTORS		32768
+#define RBK_MAX_ZERO_SECTORS		(1U << 21)	/* 1 GiB */
 
 /*
  * Every ramback target, so that a table loaded over a live one on the
@@ -87,7 +101,8 @@ static struct rbk *rbk_predecessor(struct rbk *rbk)
 
 static bool rbk_same_geometry(const struct rbk *a, const struct rbk *b)
 {
-	return a->size == b->size && a->chunk_shift == b->chunk_shift;
+	return a->rb.size == b->rb.size &&
+	       a->rb.chunk_shift == b->rb.chunk_shift;
 }
 
 static void rbk_set_suspended(struct rbk *rbk, bool suspended)
@@ -99,17 +114,17 @@ static void rbk_set_suspended(struct rbk *rbk, bool suspended)
 
 static const char *rbk_mode_name(int mode)
 {
-	return mode == RBK_WRITETHROUGH ? "writethrough" : "writeback";
+	return mode == RB_MODE_WRITETHROUGH ? "writethrough" : "writeback";
 }
 
 static const char *rbk_populate_state(struct rbk *rbk)
 {
-	if (READ_ONCE(rbk->populated))
+	if (rb_atomic_load(&rbk->rb.populated))
 		return "populated";
 	if (!READ_ONCE(rbk->populate))
 		return "off";
 	if (READ_ONCE(rbk->suspended) ||
-	    READ_ONCE(rbk->mode) == RBK_WRITETHROUGH)
+	    rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITETHROUGH)
 		return "paused";
 	return "populating";
 }
@@ -125,22 +140,32 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 		bio_endio(bio);
 		return DM_MAPIO_SUBMITTED;
 	}
-	if (bio_op(bio) != REQ_OP_READ && bio_op(bio) != REQ_OP_WRITE)
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+	case REQ_OP_WRITE:
+	case REQ_OP_DISCARD:
+	case REQ_OP_WRITE_ZEROES:
+		break;
+	default:
 		return DM_MAPIO_KILL;
+	}
 
 	offset = (u64)dm_target_offset(ti, bio->bi_iter.bi_sector) << SECTOR_SHIFT;
 	count = bio->bi_iter.bi_size;
-	c0 = rbk_chunk_of(rbk, offset);
-	c1 = rbk_chunk_of(rbk, offset + count - 1);
+	c0 = chunk_of(&rbk->rb, offset);
+	c1 = chunk_of(&rbk->rb, offset + count - 1);
 
 	/* The fast path: no lock, no sleep, nothing submitted. */
-	if (rbk_loaded(rbk, c0, c1)) {
+	if ((bio_op(bio) == REQ_OP_READ || bio_op(bio) == REQ_OP_WRITE) &&
+	    rbk_loaded(rbk, c0, c1)) {
 		if (bio_op(bio) == REQ_OP_READ) {
 			rbk_copy_bio(rbk, bio, offset, false);
 			bio_endio(bio);
 			return DM_MAPIO_SUBMITTED;
 		}
-		if (READ_ONCE(rbk->mode) == RBK_WRITEBACK) {
+		/* Over the dirty limit: the workqueue waits (rb_throttle). */
+		if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITEBACK &&
+		    !rb_over_dirty_limit(&rbk->rb)) {
 			rbk_copy_bio(rbk, bio, offset, true);
 			rbk_mark_dirty(rbk, c0, c1);
 			bio_endio(bio);
@@ -160,10 +185,21 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 /* Everything but the threads and the dm device (gone, or put already). */
 void rbk_free(struct rbk *rbk)
 {
+	struct rb *rb = &rbk->rb;
+
 	bioset_exit(&rbk->bs);
-	if (rbk->map_ready)
-		chunkmap_free(&rbk->map);
-	rangelock_destroy(&rbk->rl);
+	if (rbk->rb_ready) {
+		chunkmap_free(&rb->map);
+		rangelock_destroy(&rb->rl);
+		rb_free(rb->unsynced.v);
+		rb_mutex_destroy(&rb->lock);
+		rb_mutex_destroy(&rb->sync_lock);
+		rb_cond_destroy(&rb->flusher_cond);
+		rb_cond_destroy(&rb->populator_cond);
+		rb_cond_destroy(&rb->space_cond);
+		rb_cond_destroy(&rb->sync_cond);
+		rb_cond_destroy(&rb->populated_cond);
+	}
 	rbk_ram_free(rbk);
 	if (rbk->orphan)
 		blkdev_put(rbk->bdev, rbk->bdev_mode);
@@ -186,7 +222,7 @@ void rbk_free(struct rbk *rbk)
 static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 {
 	const fmode_t mode = FMODE_READ | FMODE_WRITE;
-	u64 dirty = chunkmap_dirty(&rbk->map);
+	u64 dirty = chunkmap_dirty(&rbk->rb.map);
 	dev_t dev = rbk->bdev->bd_dev;
 	struct block_device *bdev, *excl;
 
@@ -217,7 +253,15 @@ static bool rbk_orphan(struct rbk *rbk, struct dm_target *ti)
 	__module_get(THIS_MODULE);	/* put by the flusher as it exits */
 	rbk->flusher = NULL;		/* it ends by itself, nobody stops it */
 	WRITE_ONCE(rbk->orphan, true);
-	wake_up(&rbk->flusher_wait);
+	/*
+	 * The final drain, as at the plugin's clean stop: a flusher waiting
+	 * for work (it may have cleaned everything since the drain gave up)
+	 * wakes, and its next step finds the orphan clean (rbk-bg.c).
+	 */
+	rb_mutex_lock(&rbk->rb.lock);
+	rb_atomic_store(&rbk->rb.stopping, true);
+	rb_cond_broadcast(&rbk->rb.flusher_cond);
+	rb_mutex_unlock(&rbk->rb.lock);
 	DMERR("%s: removed with %llu dirty chunks not written back to %pg: they stay in RAM and are written back when it works (dm_ramback stays loaded until then)",
 	      rbk_name(rbk), dirty, bdev);
 	return true;
@@ -240,9 +284,9 @@ static void rbk_dtr(struct dm_target *ti)
 	 * Normally postsuspend has drained already, or a successor took the
 	 * data over.  Never drop data.
 	 */
-	if (rbk->flusher && rbk->map_ready && !rbk->handed_over &&
-	    chunkmap_dirty(&rbk->map) && rbk_drain(rbk) &&
-	    chunkmap_dirty(&rbk->map) && rbk_orphan(rbk, ti))
+	if (rbk->flusher && rbk->rb_ready && !rbk->handed_over &&
+	    chunkmap_dirty(&rbk->rb.map) && rbk_drain(rbk) &&
+	    chunkmap_dirty(&rbk->rb.map) && rbk_orphan(rbk, ti))
 		return;
 	rbk_stop_threads(rbk);
 	if (rbk->dev)
@@ -254,7 +298,7 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 			      char **error)
 {
 	static const struct dm_arg _args[] = {
-		{0, 2, "Invalid number of feature arguments"},
+		{0, 10, "Invalid number of feature arguments"},
 	};
 	unsigned int n;
 	int r;
@@ -268,9 +312,30 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 		const char *f = dm_shift_arg(as);
 
 		if (!strcasecmp(f, "writethrough")) {
-			rbk->mode = RBK_WRITETHROUGH;
+			rbk->rb.mode = RB_MODE_WRITETHROUGH;
 		} else if (!strcasecmp(f, "nopopulate")) {
 			rbk->populate = false;
+		} else if (!strcasecmp(f, "flush_rate") ||
+			   !strcasecmp(f, "populate_rate") ||
+			   !strcasecmp(f, "dirty_max") ||
+			   !strcasecmp(f, "ups_window")) {
+			const char *v = n ? dm_shift_arg(as) : NULL;
+			u64 x;
+
+			if (!v || kstrtou64(v, 10, &x) ||
+			    (!strcasecmp(f, "ups_window") && x > 86400)) {
+				*error = "flush_rate, populate_rate (bytes per second), dirty_max (bytes) and ups_window (seconds, at most 86400) take a number; 0: off";
+				return -EINVAL;
+			}
+			n--;
+			if (!strcasecmp(f, "flush_rate"))
+				rbk->rb.cfg.flush_rate = x;
+			else if (!strcasecmp(f, "populate_rate"))
+				rbk->rb.cfg.populate_rate = x;
+			else if (!strcasecmp(f, "dirty_max"))
+				rbk->rb.cfg.dirty_max = x;
+			else
+				rbk->rb.cfg.ups_window = x;
 		} else {
 			*error = "Unknown feature argument";
 			return -EINVAL;
@@ -280,6 +345,30 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 		*error = "Too many arguments";
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* The shared engine's state, as lib/core.c sets it up for the plugin. */
+static int rbk_rb_init(struct rbk *rbk)
+{
+	struct rb *rb = &rbk->rb;
+
+	if (chunkmap_init(&rb->map, rb->nchunks) == -1)
+		return -ENOMEM;
+	rangelock_init(&rb->rl);
+	rb_mutex_init(&rb->lock);
+	rb_mutex_init(&rb->sync_lock);
+	rb_cond_init(&rb->flusher_cond);
+	rb_cond_init(&rb->populator_cond);
+	rb_cond_init(&rb->space_cond);
+	rb_cond_init(&rb->sync_cond);
+	rb_cond_init(&rb->populated_cond);
+	rb->start_ns = rb_now_ns();
+	rb->flush_rate.bps = rb->cfg.flush_rate;
+	rb->populate_rate.bps = rb->cfg.populate_rate;
+	rb_recompute_limit(rb);
+	rb->cfg.populate = rbk->populate;
+	rbk->rb_ready = true;
 	return 0;
 }
 
@@ -306,19 +395,14 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	rbk->md = dm_table_get_md(ti->table);
 	strscpy(rbk->name, dm_device_name(rbk->md), sizeof(rbk->name));
 	INIT_LIST_HEAD(&rbk->list);
-	rbk->mode = RBK_WRITEBACK;
+	rbk->rb.mode = RB_MODE_WRITEBACK;
 	rbk->populate = true;
 	rbk->suspended = true;		/* until the first resume */
 	spin_lock_init(&rbk->lock);
-	init_waitqueue_head(&rbk->flusher_wait);
 	init_waitqueue_head(&rbk->populator_wait);
 	init_waitqueue_head(&rbk->populator_idle);
-	init_waitqueue_head(&rbk->sync_wait);
-	atomic64_set(&rbk->inflight, 0);
-	atomic64_set(&rbk->demand_loaded, 0);
-	atomic64_set(&rbk->stored, 0);
+	INIT_WORK(&rbk->kick, rbk_kick_work);
 	atomic64_set(&rbk->written_through, 0);
-	rangelock_init(&rbk->rl);
 
 	arg = dm_shift_arg(&as);
 	r = dm_get_device(ti, arg, dm_table_get_mode(ti->table), &rbk->dev);
@@ -345,10 +429,11 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 		r = -EINVAL;
 		goto bad;
 	}
-	rbk->size = (u64)ti->len << SECTOR_SHIFT;
-	rbk->chunk_shift = ilog2(chunk_sectors) + SECTOR_SHIFT;
-	rbk->nchunks = DIV_ROUND_UP_ULL(rbk->size, 1ULL << rbk->chunk_shift);
-	if (rbk->size >= rb_phys_mem()) {
+	rbk->rb.size = (u64)ti->len << SECTOR_SHIFT;
+	rbk->rb.chunk_shift = ilog2(chunk_sectors) + SECTOR_SHIFT;
+	rbk->rb.chunk_size = 1U << rbk->rb.chunk_shift;
+	rbk->rb.nchunks = DIV_ROUND_UP_ULL(rbk->rb.size, rbk->rb.chunk_size);
+	if (rbk->rb.size >= rb_phys_mem()) {
 		ti->error = "Target is larger than the machine's memory";
 		r = -ENOMEM;
 		goto bad;
@@ -363,12 +448,12 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 		goto bad;
 	}
 
-	if (chunkmap_init(&rbk->map, rbk->nchunks) == -1) {
+	rbk_store_init(rbk);
+	r = rbk_rb_init(rbk);
+	if (r) {
 		ti->error = "Cannot allocate the chunk map";
-		r = -ENOMEM;
 		goto bad;
 	}
-	rbk->map_ready = true;
 	r = rbk_ram_alloc(rbk);
 	if (r) {
 		ti->error = "Cannot allocate the RAM image";
@@ -394,13 +479,19 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 
 	ti->per_io_data_size = sizeof(struct rbk_bio);
 	ti->num_flush_bios = 1;
+	/* RAM takes discards whatever the backing device does; write
+	 * zeroes only if the backing device has them (dm's rule).
+	 */
+	ti->num_discard_bios = 1;
+	ti->discards_supported = true;
+	ti->num_write_zeroes_bios = 1;
 	ti->flush_supported = true;	/* RAM is a volatile cache, whatever the backing */
 	mutex_lock(&rbk_registry_lock);
 	list_add(&rbk->list, &rbk_registry);
 	mutex_unlock(&rbk_registry_lock);
 	DMINFO("%s: %llu chunks of %u sectors over %s, %s%s",
-	       rbk_name(rbk), rbk->nchunks, chunk_sectors, rbk->dev->name,
-	       rbk_mode_name(rbk->mode), rbk->populate ? "" : ", nopopulate");
+	       rbk_name(rbk), rbk->rb.nchunks, chunk_sectors, rbk->dev->name,
+	       rbk_mode_name(rbk->rb.mode), rbk->populate ? "" : ", nopopulate");
 	return 0;
 bad:
 	rbk_dtr(ti);
@@ -436,7 +527,7 @@ static void rbk_postsuspend(struct dm_target *ti)
 	rbk_populator_wait_idle(rbk);
 	if (rbk_drain(rbk))
 		DMERR("%s: %llu dirty chunks are not written back to %pg: they stay in RAM",
-		      rbk_name(rbk), chunkmap_dirty(&rbk->map), rbk->bdev);
+		      rbk_name(rbk), chunkmap_dirty(&rbk->rb.map), rbk->bdev);
 }
 
 /*
@@ -458,11 +549,11 @@ static void rbk_take_over(struct rbk *rbk)
 
 	mutex_lock(&rbk_registry_lock);
 	old = rbk_predecessor(rbk);
-	if (old && !chunkmap_dirty(&old->map))
+	if (old && !chunkmap_dirty(&old->rb.map))
 		old = NULL;
 	if (old && !rbk_same_geometry(old, rbk)) {
 		DMERR("%s: cannot take over %llu dirty chunks from the previous table: the length or chunk size differs",
-		      rbk_name(rbk), chunkmap_dirty(&old->map));
+		      rbk_name(rbk), chunkmap_dirty(&old->rb.map));
 		old = NULL;
 	}
 	if (old)
@@ -473,24 +564,24 @@ static void rbk_take_over(struct rbk *rbk)
 		return;
 
 	rbk_stop_threads(old);
-	swap(rbk->pages, old->pages);
+	swap(rbk->rb.ram.base, old->rb.ram.base);
 	same_dev = old->bdev->bd_dev == rbk->bdev->bd_dev;
-	for (c = 0; c < rbk->nchunks; c += n) {
-		enum chunk_state s = chunkmap_get(&old->map, c);
+	for (c = 0; c < rbk->rb.nchunks; c += n) {
+		enum chunk_state s = chunkmap_get(&old->rb.map, c);
 
-		n = chunkmap_run(&old->map, c, rbk->nchunks - c, CS_BIT(s));
+		n = chunkmap_run(&old->rb.map, c, rbk->rb.nchunks - c, CS_BIT(s));
 		if (s != CS_EMPTY)
-			chunkmap_move(&rbk->map, c, n, CS_BIT(CS_EMPTY),
+			chunkmap_move(&rbk->rb.map, c, n, CS_BIT(CS_EMPTY),
 				      s == CS_CLEAN && same_dev ? CS_CLEAN : CS_DIRTY,
 				      NULL);
 	}
-	dirty = chunkmap_dirty(&rbk->map);
-	loaded = chunkmap_loaded(&rbk->map);
+	dirty = chunkmap_dirty(&rbk->rb.map);
+	loaded = chunkmap_loaded(&rbk->rb.map);
 	DMINFO("%s: took over the previous table's RAM image: %llu chunks loaded, %llu of them dirty; %llu to write back to %pg",
-	       rbk_name(rbk), loaded, chunkmap_dirty(&old->map), dirty,
+	       rbk_name(rbk), loaded, chunkmap_dirty(&old->rb.map), dirty,
 	       rbk->bdev);
-	rbk_check_populated(rbk);
-	rbk_kick_flusher(rbk);
+	rb_check_populated(&rbk->rb);
+	rb_flusher_kick(&rbk->rb);
 }
 
 static int rbk_preresume(struct dm_target *ti)
@@ -520,10 +611,10 @@ static int rbk_message(struct dm_target *ti, unsigned int argc, char **argv,
 		return -EINVAL;
 	}
 	if (!strcasecmp(argv[0], "writeback")) {
-		WRITE_ONCE(rbk->mode, RBK_WRITEBACK);
+		rb_atomic_store(&rbk->rb.mode, RB_MODE_WRITEBACK);
 		rbk_kick_populator(rbk);
 	} else if (!strcasecmp(argv[0], "writethrough")) {
-		WRITE_ONCE(rbk->mode, RBK_WRITETHROUGH);
+		rb_atomic_store(&rbk->rb.mode, RB_MODE_WRITETHROUGH);
 	} else if (!strcasecmp(argv[0], "flush")) {
 		return rbk_sync(rbk, true);
 	} else if (!strcasecmp(argv[0], "populate")) {
@@ -543,38 +634,79 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 		       unsigned int maxlen)
 {
 	struct rbk *rbk = ti->private;
-	unsigned int chunk_sectors = 1U << (rbk->chunk_shift - SECTOR_SHIFT);
-	int mode = READ_ONCE(rbk->mode);
+	struct rb *rb = &rbk->rb;
+	unsigned int chunk_sectors = 1U << (rb->chunk_shift - SECTOR_SHIFT);
+	int mode = rb_atomic_load(&rb->mode);
 	bool populate = READ_ONCE(rbk->populate);
-	unsigned int sz = 0;
+	unsigned int sz = 0, nf;
 
 	switch (type) {
 	case STATUSTYPE_INFO:
 		DMEMIT("%d %llu %llu %llu %lld %s %s %lld %lld %lld",
-		       READ_ONCE(rbk->error), rbk->nchunks,
-		       chunkmap_loaded(&rbk->map), chunkmap_dirty(&rbk->map),
-		       (long long)atomic64_read(&rbk->inflight),
+		       READ_ONCE(rbk->error), rb->nchunks,
+		       chunkmap_loaded(&rb->map), chunkmap_dirty(&rb->map),
+		       (long long)rb_atomic_load(&rb->inflight_chunks),
 		       rbk_mode_name(mode), rbk_populate_state(rbk),
-		       (long long)atomic64_read(&rbk->demand_loaded),
-		       (long long)atomic64_read(&rbk->stored),
+		       (long long)(rb_atomic_load(&rb->demand_loaded_bytes) >>
+				   rb->chunk_shift),
+		       (long long)(rb_atomic_load(&rb->stored_bytes) >>
+				   rb->chunk_shift),
 		       (long long)atomic64_read(&rbk->written_through));
+		DMEMIT(" %llu %llu %llu %llu %llu %llu",
+		       rb_atomic_load(&rb->stored_bytes),
+		       rb_atomic_load(&rb->loaded_bytes),
+		       rb_atomic_load(&rb->unsynced_bytes),
+		       rb_atomic_load(&rb->flush_bw.bps),
+		       rb_atomic_load(&rb->populate_bw.bps),
+		       rb_atomic_load(&rb->syncs));
+		DMEMIT(" %llu %llu", rb_atomic_load(&rb->dirty_limit),
+		       rb_atomic_load(&rb->throttled));
 		break;
 	case STATUSTYPE_TABLE:
 		/* The current mode, so a reload keeps what a message set. */
 		DMEMIT("%s %u", rbk->dev->name, chunk_sectors);
-		if (mode == RBK_WRITETHROUGH || !populate)
-			DMEMIT(" %u%s%s",
-			       (unsigned int)(mode == RBK_WRITETHROUGH) + !populate,
-			       mode == RBK_WRITETHROUGH ? " writethrough" : "",
-			       populate ? "" : " nopopulate");
+		nf = (mode == RB_MODE_WRITETHROUGH) + !populate +
+		     2 * !!rb->cfg.flush_rate + 2 * !!rb->cfg.populate_rate +
+		     2 * !!rb->cfg.dirty_max + 2 * !!rb->cfg.ups_window;
+		if (nf)
+			DMEMIT(" %u", nf);
+		if (mode == RB_MODE_WRITETHROUGH)
+			DMEMIT(" writethrough");
+		if (!populate)
+			DMEMIT(" nopopulate");
+		if (rb->cfg.flush_rate)
+			DMEMIT(" flush_rate %llu", rb->cfg.flush_rate);
+		if (rb->cfg.populate_rate)
+			DMEMIT(" populate_rate %llu", rb->cfg.populate_rate);
+		if (rb->cfg.dirty_max)
+			DMEMIT(" dirty_max %llu", rb->cfg.dirty_max);
+		if (rb->cfg.ups_window)
+			DMEMIT(" ups_window %u", rb->cfg.ups_window);
 		break;
 	case STATUSTYPE_IMA:
 		DMEMIT_TARGET_NAME_VERSION(ti->type);
-		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c;",
+		DMEMIT(",backing_device=%s,chunk_sectors=%u,mode=%s,populate=%c,flush_rate=%llu,populate_rate=%llu,dirty_max=%llu,ups_window=%u;",
 		       rbk->dev->name, chunk_sectors, rbk_mode_name(mode),
-		       populate ? 'y' : 'n');
+		       populate ? 'y' : 'n', rb->cfg.flush_rate,
+		       rb->cfg.populate_rate, rb->cfg.dirty_max,
+		       rb->cfg.ups_window);
 		break;
 	}
+}
+
+/*
+ * Discards and write-zeroes go through lib's rb_zero (rbk-io.c) in
+ * pieces, so any length works; chunk-sized pieces are the ones that
+ * free nothing but become ZERO chunks without a load.
+ */
+static void rbk_io_hints(struct dm_target *ti, struct queue_limits *limits)
+{
+	struct rbk *rbk = ti->private;
+
+	limits->discard_granularity = rbk->rb.chunk_size;
+	limits->max_discard_sectors = RBK_MAX_ZERO_SECTORS;
+	limits->max_hw_discard_sectors = RBK_MAX_ZERO_SECTORS;
+	limits->max_write_zeroes_sectors = RBK_MAX_ZERO_SECTORS;
 }
 
 static int rbk_iterate_devices(struct dm_target *ti,
@@ -587,7 +719,7 @@ static int rbk_iterate_devices(struct dm_target *ti,
 
 static struct target_type rbk_target = {
 	.name			= "ramback",
-	.version		= {1, 1, 0},
+	.version		= {1, 2, 0},
 	.module			= THIS_MODULE,
 	.ctr			= rbk_ctr,
 	.dtr			= rbk_dtr,
@@ -600,6 +732,7 @@ static struct target_type rbk_target = {
 	.message		= rbk_message,
 	.status			= rbk_status,
 	.iterate_devices	= rbk_iterate_devices,
+	.io_hints		= rbk_io_hints,
 };
 
 static int __init dm_ramback_init(void)

@@ -19,7 +19,8 @@
 # a slow backing device (dm-delay): writes landing while their chunks are
 # being written back, populate over dirty chunks, writethrough behind
 # write back; then, on a scratch disk of their own, suspend while populate
-# reads, and the backing device dying with dirty data in RAM (interrupted
+# reads, discards with partial chunks (writeback and writethrough), and
+# the backing device dying with dirty data in RAM (interrupted
 # suspend, interrupted remove, moving the data onto another device); rmmod.
 #
 # Exit: 0 pass, 1 fail, 77 skip (no qemu or no kernel headers).
@@ -124,7 +125,8 @@ WR_R3A="50000:16:500"                # dirty again, then writethrough:
 WR_R3="50004:4:600 50010:2:700"      # waits behind that write back
 WR_R4="30001:7:900 100:1:910"        # dirty, then remove while populating
 READS_ORIG="100:64 20000:1024 5:3 65000:536"
-# Scratch disk phases, one region each.  Region 0: populate_suspend.
+# Scratch disk phases, one region each.  Region 0: populate_suspend (reads
+# only), then zero_discard.
 WR_S1="100:64:0 5000:9:200"          # region 1, stuck_suspend: on disk...
 WR_S2="103:5:300 20000:300:400 65530:6:800"   # ...then in RAM only
 WR_S3="7000:16:900"                  # written after the interrupted suspend

@@ -1,13 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback: the chunk state map (chunkmap.h). */
 
-#include <config.h>
-
-#include <assert.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "env.h"
 #include "chunkmap.h"
 
@@ -77,7 +70,7 @@ init_common (struct chunkmap *cm, bool existing)
   if (sumbits_init (&cm->dirty_hint, cm->nwords, false) == -1 ||
       sumbits_init (&cm->empty_hint, cm->nwords, true) == -1) {
     chunkmap_free (cm);
-    errno = ENOMEM;
+    rb_set_errno (ENOMEM);
     return -1;
   }
   if (!existing)
@@ -89,9 +82,9 @@ init_common (struct chunkmap *cm, bool existing)
     uint64_t word = cm->words[w];
     uint64_t d = fields_in (word, CS_ANY_DIRTY);
 
-    cm->loaded += PER_WORD - __builtin_popcountll (fields_equal (word,
+    cm->loaded += PER_WORD - rb_popcount64 (fields_equal (word,
                                                                  CS_EMPTY));
-    cm->dirty += __builtin_popcountll (d);
+    cm->dirty += rb_popcount64 (d);
     if (d)
       sumbits_set (&cm->dirty_hint, w);
   }
@@ -106,9 +99,9 @@ chunkmap_init (struct chunkmap *cm, uint64_t nchunks)
   memset (cm, 0, sizeof *cm);
   cm->nchunks = nchunks;
   cm->nwords = (nchunks + PER_WORD - 1) / PER_WORD;
-  cm->words = calloc (cm->nwords ? cm->nwords : 1, sizeof (uint64_t));
+  cm->words = rb_calloc (cm->nwords ? cm->nwords : 1, sizeof (uint64_t));
   if (cm->words == NULL) {
-    errno = ENOMEM;
+    rb_set_errno (ENOMEM);
     return -1;
   }
   return init_common (cm, false);
@@ -132,7 +125,7 @@ void
 chunkmap_free (struct chunkmap *cm)
 {
   if (!cm->words_external)
-    free (cm->words);
+    rb_free (cm->words);
   sumbits_free (&cm->dirty_hint);
   sumbits_free (&cm->empty_hint);
   memset (cm, 0, sizeof *cm);
@@ -153,7 +146,7 @@ chunk_state_name (enum chunk_state s)
   case CS_CLEAN: return "clean";
   case CS_DIRTY: return "dirty";
   case CS_ZERO:  return "zero";
-  default: abort ();
+  default: rb_abort ();
   }
 }
 
@@ -172,8 +165,8 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
   int64_t ddirty = 0, dloaded = 0;
   unsigned s;
 
-  assert (end <= cm->nchunks);
-  assert (to != CS_EMPTY);          /* nothing returns to EMPTY */
+  rb_assert (end <= cm->nchunks);
+  rb_assert (to != CS_EMPTY);          /* nothing returns to EMPTY */
   from &= ~CS_BIT (to);             /* to -> to is not a move */
 
   while (c < end) {
@@ -195,7 +188,7 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
 
     if (m != 0) {
       for (s = 0; s < 4; s++) {
-        wc[s] = __builtin_popcountll (fields_equal (old, s) & m);
+        wc[s] = rb_popcount64 (fields_equal (old, s) & m);
         counts[s] += wc[s];
       }
       if (is_dirty_state (to))
@@ -241,7 +234,7 @@ chunkmap_next (struct chunkmap *cm, uint64_t from, unsigned mask)
   struct still_arg arg = { cm, mask };
   uint64_t w = from / PER_WORD;
 
-  assert (mask == CS_BIT (CS_EMPTY) || mask == CS_ANY_DIRTY);
+  rb_assert (mask == CS_BIT (CS_EMPTY) || mask == CS_ANY_DIRTY);
   if (from >= cm->nchunks)
     return UINT64_MAX;
 
@@ -253,7 +246,7 @@ chunkmap_next (struct chunkmap *cm, uint64_t from, unsigned mask)
     if (partial)
       m &= field_range (from % PER_WORD, PER_WORD);
     if (m)
-      return w * PER_WORD + __builtin_ctzll (m) / 2;
+      return w * PER_WORD + rb_ctz64 (m) / 2;
     /* The whole word has none: drop its hint (re-checked inside). */
     if (!partial)
       sumbits_clear (hint, w, word_still_has, &arg);

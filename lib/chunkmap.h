@@ -30,9 +30,6 @@
 #ifndef RAMBACK_CHUNKMAP_H
 #define RAMBACK_CHUNKMAP_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
 #include "env.h"
 #include "sumbits.h"
 

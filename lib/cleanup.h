@@ -9,15 +9,12 @@
 #ifndef RAMBACK_CLEANUP_H
 #define RAMBACK_CLEANUP_H
 
-#include <stdint.h>
-#include <stdlib.h>
-
 #include "env.h"
 
 static inline void
 rb_cleanup_free (void *ptr)
 {
-  free (*(void **) ptr);
+  rb_free (*(void **) ptr);
 }
 #define CLEANUP_FREE __attribute__ ((cleanup (rb_cleanup_free)))
 

@@ -10,7 +10,7 @@
 #ifndef RAMBACK_ERROR_H
 #define RAMBACK_ERROR_H
 
-#include <stdarg.h>
+#include "env.h"
 
 /* Record "<formatted message>: <strerror (errnum)>" (just the message if
  * errnum == 0) for this thread and set errno = errnum.

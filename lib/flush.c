@@ -6,7 +6,9 @@
  * O(dirty), not O(device)), writes each batch as large requests in
  * ascending order, and at the end of the sweep syncs the store.  Every
  * sweep covers the sync tickets issued before it began: rb_sync() takes
- * a ticket and waits for the sweep that covers it.
+ * a ticket and waits for the sweep that covers it.  One sweep and its
+ * sync are one call of rb_flush_step(), which returns the delay before
+ * the next; the flusher thread (flusher_main) only waits that out.
  *
  * Per batch:
  *   1. wait for flush-rate=, before holding anything;
@@ -42,30 +44,17 @@
  * retires the NB bits of what it covered (rb_nb_retire).
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdlib.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
 
-#define BATCH_RUNS 32
+#define BATCH_RUNS RB_FLUSH_BATCH_RUNS
 #define BATCH_BYTES (UINT64_C (64) * 1024 * 1024)
 #define ZERO_RUN_BYTES (UINT64_C (1) << 30)
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 #define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
-
-struct run {
-  uint64_t first, n;
-  enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
-  uint64_t taken;               /* chunks moved to CLEAN by us */
-};
 
 /* Wait up to ns on the flusher's condition; returns early on stop. */
 static void
@@ -95,7 +84,7 @@ batch_bytes (struct rb *rb)
 
 /* Collect up to BATCH_RUNS runs of dirty chunks from *cursor upwards. */
 static size_t
-collect (struct rb *rb, uint64_t *cursor, struct run *runs)
+collect (struct rb *rb, uint64_t *cursor, struct rb_run *runs)
 {
   uint64_t c = *cursor, bytes = 0, budget = batch_bytes (rb);
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
@@ -138,7 +127,7 @@ collect (struct rb *rb, uint64_t *cursor, struct run *runs)
 }
 
 static uint64_t
-data_bytes (struct rb *rb, const struct run *runs, size_t k)
+data_bytes (struct rb *rb, const struct rb_run *runs, size_t k)
 {
   uint64_t b = 0;
   size_t i;
@@ -153,10 +142,12 @@ data_bytes (struct rb *rb, const struct run *runs, size_t k)
  * adds the data bytes written to *written.
  */
 static int
-store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t *written)
+store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
+             uint64_t *written)
 {
-  struct rb_io ios[BATCH_RUNS];
-  struct rl_node nodes[BATCH_RUNS];
+  struct rb_run *runs = fs->runs;
+  struct rb_io *ios = fs->ios;
+  struct rl_node *nodes = fs->nodes;
   uint64_t bytes = 0, gen;
   int first_err = 0;
   size_t i;
@@ -221,7 +212,7 @@ store_batch (struct rb *rb, struct run *runs, size_t k, uint64_t *written)
     rb_log ("flush: %zu runs, %" PRIu64 " bytes%s", k, bytes,
             first_err ? " (with errors)" : "");
   if (first_err) {
-    errno = first_err;
+    rb_set_errno (first_err);
     return -1;
   }
   return 0;
@@ -243,9 +234,9 @@ struct sweep_stats {
  * failure.
  */
 static int
-sweep (struct rb *rb, struct sweep_stats *ss)
+sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
 {
-  struct run runs[BATCH_RUNS];
+  struct rb_run *runs = fs->runs;
   uint64_t cursor = 0, backoff = BACKOFF_MIN_MS;
   int err = 0;
   size_t k;
@@ -259,7 +250,7 @@ sweep (struct rb *rb, struct sweep_stats *ss)
     if (wait && !rb_atomic_load (&rb->stopping))
       flusher_sleep (rb, wait);
     t0 = rb_now_ns ();
-    if (store_batch (rb, runs, k, &bytes) == -1) {
+    if (store_batch (rb, fs, k, &bytes) == -1) {
       if (err == 0)
         err = errno;
       flusher_sleep (rb, backoff * 1000000);
@@ -273,7 +264,7 @@ sweep (struct rb *rb, struct sweep_stats *ss)
      */
     elapsed = rb_now_ns () - t0;
     if (rb->flush_rate.bps)
-      elapsed = RB_MAX (elapsed, (uint64_t) (bytes * 1e9 / rb->flush_rate.bps));
+      elapsed = RB_MAX (elapsed, rb_rate_ns (bytes, rb->flush_rate.bps));
     ss->bytes += bytes;
     ss->busy_ns += elapsed;
     if (ss->busy_ns >= BOUND_MIN_NS) {
@@ -337,88 +328,132 @@ redirty_suspects (struct rb *rb)
   return pending;
 }
 
+/* One pass of the flusher: take what the store no longer vouches for,
+ * sweep, sync, answer the tickets the sweep covered.  Returns the delay
+ * before the next pass (internal.h): 0, nanoseconds (fs->wakeable says
+ * whether a kick may end them early), RB_STEP_DONE, or RB_STEP_IDLE
+ * with rb->flusher_idle set: the caller waits for work (a kick) and
+ * then clears it.
+ */
+uint64_t
+rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
+{
+  struct sweep_stats ss = { 0, 0 };
+  uint64_t gen, t;
+  int err;
+
+  fs->suspects = redirty_suspects (rb);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    fs->target = rb->sync_requested;
+    gen = rb->fail_gen;
+  }
+  err = sweep (rb, fs, &ss);
+  /* Sync only if something was written since the last good sync, or
+   * somebody is waiting for one: an empty sync still costs the store
+   * a round trip (an NBD FLUSH, a disk cache flush).  The sync covers
+   * the tickets only if no sync failed since the sweep began.
+   */
+  t = rb_now_ns ();
+  if (sync_needed (rb, fs->target)) {
+    if (rb_sync_store (rb, gen) == -1) {
+      if (err == 0)
+        err = errno;
+    }
+    else if (err == 0 && ss.bytes > 0) {
+      /* The bandwidth that sizes the UPS window is bytes made
+       * durable per second: the sweep's writes and its sync.
+       */
+      rb_bw_sample (&rb->flush_bw, ss.bytes,
+                    ss.busy_ns + (rb_now_ns () - t));
+    }
+  }
+  rb_recompute_limit (rb);
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (err == 0) {
+    if (fs->target > rb->sync_done)
+      rb_atomic_store (&rb->sync_done, fs->target);
+    /* Every write and the sync succeeded: the store works again. */
+    rb_atomic_store (&rb->store_failing, false);
+  }
+  else if (fs->target > rb->sync_failed) {
+    rb_atomic_store (&rb->sync_failed, fs->target);
+    rb->sync_errno = err;
+  }
+  rb_cond_broadcast (&rb->sync_cond);
+
+  fs->wakeable = false;
+  if (err) {
+    /* The store is failing: back off before the next sweep. */
+    uint64_t delay = fs->backoff * 1000000;
+    fs->backoff = RB_MIN (fs->backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    if (rb->stopping)
+      rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
+               "back yet (%s); retrying", chunkmap_dirty (&rb->map),
+               rb_strerror (err));
+    return delay;
+  }
+  fs->backoff = BACKOFF_MIN_MS;
+  if (!have_work_locked (rb, fs->target)) {
+    if (fs->suspects) {
+      fs->wakeable = true;
+      return SUSPECT_POLL_NS;
+    }
+    if (rb->stopping)
+      return RB_STEP_DONE;
+    /* Idle from now, in the same critical section that answered the
+     * tickets: whoever sees them answered sees an idle flusher too
+     * (control.c, sync 0).  The waiter clears it when it wakes.
+     */
+    rb_atomic_store (&rb->flusher_idle, true);
+    return RB_STEP_IDLE;
+  }
+  return 0;
+}
+
+void
+rb_flusher_state_init (struct rb_flusher_state *fs)
+{
+  *fs = (struct rb_flusher_state) { .backoff = BACKOFF_MIN_MS };
+}
+
+/* Wait out what rb_flush_step() asked for (the POSIX flusher thread and
+ * the kernel target's kthread both do it this way).
+ */
+void
+rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
+                 uint64_t delay)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (delay == RB_STEP_IDLE) {
+    while (!rb->stopping && !have_work_locked (rb, fs->target))
+      rb_cond_wait (&rb->flusher_cond, &rb->lock);
+    rb_atomic_store (&rb->flusher_idle, false);
+    coalesce_locked (rb, fs->target);
+  }
+  else if (fs->wakeable)
+    rb_cond_wait_until (&rb->flusher_cond, &rb->lock, rb_now_ns () + delay);
+  else {
+    uint64_t deadline = rb_now_ns () + delay;
+
+    while (rb_now_ns () < deadline &&
+           rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
+      ;
+  }
+}
+
 static void *
 flusher_main (void *arg)
 {
   struct rb *rb = arg;
-  uint64_t backoff = BACKOFF_MIN_MS;
+  struct rb_flusher_state *fs = &rb->flusher_state;
+  uint64_t delay;
 
-  for (;;) {
-    struct sweep_stats ss = { 0, 0 };
-    uint64_t target, gen, t;
-    bool suspects;
-    int err;
-
-    suspects = redirty_suspects (rb);
-    {
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      target = rb->sync_requested;
-      gen = rb->fail_gen;
-    }
-    err = sweep (rb, &ss);
-    /* Sync only if something was written since the last good sync, or
-     * somebody is waiting for one: an empty sync still costs the store
-     * a round trip (an NBD FLUSH, a disk cache flush).  The sync covers
-     * the tickets only if no sync failed since the sweep began.
-     */
-    t = rb_now_ns ();
-    if (sync_needed (rb, target)) {
-      if (rb_sync_store (rb, gen) == -1) {
-        if (err == 0)
-          err = errno;
-      }
-      else if (err == 0 && ss.bytes > 0) {
-        /* The bandwidth that sizes the UPS window is bytes made
-         * durable per second: the sweep's writes and its sync.
-         */
-        rb_bw_sample (&rb->flush_bw, ss.bytes,
-                      ss.busy_ns + (rb_now_ns () - t));
-      }
-    }
-    rb_recompute_limit (rb);
-
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (err == 0) {
-      if (target > rb->sync_done)
-        rb->sync_done = target;
-      /* Every write and the sync succeeded: the store works again. */
-      rb_atomic_store (&rb->store_failing, false);
-    }
-    else if (target > rb->sync_failed) {
-      rb->sync_failed = target;
-      rb->sync_errno = err;
-    }
-    rb_cond_broadcast (&rb->sync_cond);
-
-    if (err) {
-      /* The store is failing: back off before the next sweep. */
-      uint64_t deadline = rb_now_ns () + backoff * 1000000;
-      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
-      if (rb->stopping)
-        rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
-                "back yet (%s); retrying", chunkmap_dirty (&rb->map),
-                rb_strerror (err));
-      while (rb_now_ns () < deadline &&
-             rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
-        ;
-      continue;
-    }
-    backoff = BACKOFF_MIN_MS;
-    if (!have_work_locked (rb, target)) {
-      if (suspects) {
-        rb_cond_wait_until (&rb->flusher_cond, &rb->lock,
-                            rb_now_ns () + SUSPECT_POLL_NS);
-        continue;
-      }
-      if (rb->stopping)
-        break;
-      rb_atomic_store (&rb->flusher_idle, true);
-      while (!rb->stopping && !have_work_locked (rb, target))
-        rb_cond_wait (&rb->flusher_cond, &rb->lock);
-      rb_atomic_store (&rb->flusher_idle, false);
-      coalesce_locked (rb, target);
-    }
-  }
+  rb_flusher_state_init (fs);
+  while ((delay = rb_flush_step (rb, fs)) != RB_STEP_DONE)
+    if (delay)
+      rb_flusher_wait (rb, fs, delay);
   return NULL;
 }
 
@@ -460,9 +495,9 @@ rb_flusher_stop (struct rb *rb)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
     if (chunkmap_dirty (&rb->map) == 0 && rb->unsynced.len == 0)
-      rb->sync_done = rb->sync_requested;
+      rb_atomic_store (&rb->sync_done, rb->sync_requested);
     else {
-      rb->sync_failed = rb->sync_requested;
+      rb_atomic_store (&rb->sync_failed, rb->sync_requested);
       rb->sync_errno = EIO;
     }
     rb_cond_broadcast (&rb->sync_cond);
@@ -510,7 +545,8 @@ rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
     else {
       if (x->len == x->cap) {
         size_t cap = x->cap ? x->cap * 2 : 64;
-        struct rb_extent *v = realloc (x->v, cap * sizeof *v);
+        struct rb_extent *v = rb_realloc (x->v, x->cap * sizeof *v,
+                                           cap * sizeof *v);
         if (v == NULL) {
           /* Cannot remember it: keep it dirty instead, which is safe. */
           x->bytes -= count;
@@ -549,7 +585,7 @@ redirty_all (struct rb *rb, struct rb_extents *x)
   for (i = 0; i < x->len; i++)
     rb_redirty (rb, x->v[i].offset, x->v[i].count);
   retire (rb, x);
-  free (x->v);
+  rb_free (x->v);
   memset (x, 0, sizeof *x);
 }
 
@@ -577,7 +613,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
     rb_atomic_add (&rb->syncs, 1);
     rb_nb_retire (rb, &snap);
     retire (rb, &snap);
-    free (snap.v);
+    rb_free (snap.v);
     return 0;
   }
   err = errno ? errno : EIO;
@@ -599,7 +635,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
   redirty_all (rb, &since);
   rb_set_error (err, "sync of the backing store failed: %s (the data is "
                 "kept in RAM and will be written again)", rb_strerror (err));
-  errno = err;
+  rb_set_errno (err);
   return -1;
 }
 
@@ -612,6 +648,22 @@ rb_redirty (struct rb *rb, uint64_t offset, uint64_t count)
   chunkmap_move (&rb->map, c0, c1 - c0 + 1,
                  CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   rb_flusher_kick (rb);
+}
+
+uint64_t
+rb_sync_request (struct rb *rb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  rb_cond_signal (&rb->flusher_cond);
+  return ++rb->sync_requested;
+}
+
+int
+rb_sync_answered (struct rb *rb, uint64_t t)
+{
+  if (rb_atomic_load (&rb->sync_done) >= t)
+    return 1;
+  return rb_atomic_load (&rb->sync_failed) >= t ? -1 : 0;
 }
 
 int

@@ -20,11 +20,8 @@
 #ifndef RAMBACK_INTERNAL_H
 #define RAMBACK_INTERNAL_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
-#include "ramback.h"
 #include "env.h"
+#include "ramback.h"
 #include "chunkmap.h"
 #include "rangelock.h"
 #include "ramimage.h"
@@ -39,6 +36,43 @@ struct rb_extents {
   struct rb_extent *v;
   size_t len, cap;
   uint64_t bytes;
+};
+
+/* The flusher and the populator are step functions, as in Open CAS
+ * Framework's cleaner: each call does one bounded pass and returns the
+ * delay before the next, and the thread around them (env-posix threads
+ * here; a kernel form uses kthreads) only waits it out and calls again.
+ * A delay is 0 (call again at once), nanoseconds, or one of these.
+ */
+#define RB_STEP_IDLE UINT64_MAX         /* wait until there is work */
+#define RB_STEP_DONE (UINT64_MAX - 1)   /* finished: the thread ends */
+
+/* A run of chunks in a flusher batch (flush.c). */
+struct rb_run {
+  uint64_t first, n;
+  enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
+  uint64_t taken;               /* chunks moved to CLEAN by us */
+};
+#define RB_FLUSH_BATCH_RUNS 32
+
+/* The flusher's state [flusher], with its batch (too big for a kernel
+ * stack: it lives in struct rb).
+ */
+struct rb_flusher_state {
+  uint64_t backoff;             /* ms before the next pass on failure */
+  uint64_t target;              /* the last ticket the last pass covered */
+  bool suspects;                /* the store may hand over more suspects */
+  bool wakeable;                /* the delay may end early on a kick */
+  struct rb_run runs[RB_FLUSH_BATCH_RUNS];
+  struct rb_io ios[RB_FLUSH_BATCH_RUNS];
+  struct rl_node nodes[RB_FLUSH_BATCH_RUNS];
+};
+
+/* The populator's state between passes [populator]. */
+struct rb_populator_state {
+  uint64_t c;                   /* where the scan goes on */
+  uint64_t backoff;             /* ms before a retry after a failure */
+  bool wrapped;                 /* the scan wrapped around once */
 };
 
 struct rb {
@@ -84,7 +118,8 @@ struct rb {
   /* Sync tickets [lock]: rb_sync takes ticket ++sync_requested; every
    * flusher sweep covers the tickets issued before it began, and ends
    * with a store sync.  sync_done/sync_failed are the highest tickets
-   * completed or failed.
+   * completed or failed (written under the lock with rb_atomic_store,
+   * so rb_sync_answered may read them without it).
    */
   uint64_t sync_requested, sync_done, sync_failed;
   int sync_errno;
@@ -113,6 +148,7 @@ struct rb {
 
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
+  uint64_t demand_loaded_bytes; /* of loaded_bytes, by rb_load_chunks */
   uint64_t written_bytes;       /* client WRITE bytes that succeeded */
   uint64_t store_errors, sync_errors, syncs, throttled;
   struct rb_bw flush_bw, populate_bw;
@@ -121,6 +157,7 @@ struct rb {
   uint64_t start_ns;
 
   /* Background threads' own state. */
+  struct rb_flusher_state flusher_state; /* [flusher] */
   struct rb_rate flush_rate;    /* [flusher] */
   struct rb_rate populate_rate; /* [populator] */
 };
@@ -164,12 +201,31 @@ extern void rb_populator_stop (struct rb *rb);
  */
 extern int rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
 extern void rb_check_populated (struct rb *rb);
+extern void rb_populator_state_init (struct rb_populator_state *ps);
+/* One populate pass: a batch of loads (or a hole marked).  The caller
+ * does not call it in writethrough mode (populate pauses there).
+ */
+extern uint64_t rb_populate_step (struct rb *rb,
+                                  struct rb_populator_state *ps);
 
 /* flush.c */
 extern int rb_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
 extern int rb_flusher_stop (struct rb *rb);
 extern void rb_flusher_kick (struct rb *rb);
+extern void rb_flusher_state_init (struct rb_flusher_state *fs);
+/* One flusher pass: a sweep over every dirty chunk and the sync. */
+extern uint64_t rb_flush_step (struct rb *rb, struct rb_flusher_state *fs);
+/* Wait out the delay rb_flush_step returned (kicks, stop, coalescing). */
+extern void rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
+                             uint64_t delay);
+/* rb_sync in two halves, for a caller that waits its own way (the
+ * kernel target waits killably on rb->sync_cond): take a ticket, then
+ * ask whether its sweep answered it: 1 done, -1 failed, 0 not yet.
+ * rb_sync_answered takes no lock.
+ */
+extern uint64_t rb_sync_request (struct rb *rb);
+extern int rb_sync_answered (struct rb *rb, uint64_t t);
 /* Before a store write starts: the failure generation it runs in. */
 extern uint64_t rb_write_begin (struct rb *rb);
 /* After a store write of [offset, offset+count) succeeded: remember it
@@ -198,5 +254,7 @@ extern void rb_resume_map (struct rb *rb);
 
 /* io.c */
 extern void rb_throttle (struct rb *rb);
+/* Would rb_throttle wait now?  Lock-free (the kernel target's map()). */
+extern bool rb_over_dirty_limit (struct rb *rb);
 
 #endif /* RAMBACK_INTERNAL_H */

@@ -36,13 +36,7 @@
  *    store's errno.
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
@@ -196,15 +190,29 @@ premark_dirty (struct rb *rb, const struct req *r)
  * write, so the limit can be exceeded by at most the writes in progress
  * at once (nbdkit threads x request size).
  */
+static bool
+over (struct rb *rb, uint64_t limit)
+{
+  return (chunkmap_dirty (&rb->map) +
+          rb_atomic_load (&rb->inflight_chunks)) *
+    (uint64_t) rb->chunk_size +
+    rb_atomic_load (&rb->unsynced_bytes) >= limit;
+}
+
+bool
+rb_over_dirty_limit (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+  return limit != 0 && over (rb, limit);
+}
+
 void
 rb_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
-#define OVER() ((chunkmap_dirty (&rb->map) +                              \
-                 rb_atomic_load (&rb->inflight_chunks)) *                 \
-                (uint64_t) rb->chunk_size +                               \
-                rb_atomic_load (&rb->unsynced_bytes) >= limit)
+#define OVER() over (rb, limit)
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);

@@ -13,20 +13,19 @@
  * Populate pauses while in writethrough mode (the backing store's
  * bandwidth goes to draining dirty data; on a UPS that is what matters)
  * and resumes when writeback mode returns.  Demand loads go on in both.
+ *
+ * One batch (or one hole) is one call of rb_populate_step(), which
+ * returns the delay before the next; the populator thread
+ * (populator_main) only pauses and waits that out.
  */
 
-#include <config.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
 
 #define BATCH_IOS 8
+#define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
 void
@@ -35,7 +34,7 @@ rb_check_populated (struct rb *rb)
   if (rb_atomic_load (&rb->populated) ||
       chunkmap_loaded (&rb->map) < rb->nchunks)
     return;
-  if (__atomic_exchange_n (&rb->populated, true, __ATOMIC_SEQ_CST))
+  if (rb_atomic_xchg (&rb->populated, true))
     return;
   rb_log ("populated: all %" PRIu64 " chunks are in RAM", rb->nchunks);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -75,6 +74,7 @@ rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
     }
     chunkmap_move (&rb->map, c, len, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
     rb_atomic_add (&rb->loaded_bytes, bytes);
+    rb_atomic_add (&rb->demand_loaded_bytes, bytes);
     c += len;
   }
   return 0;
@@ -252,54 +252,76 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   if (bytes) {
     uint64_t elapsed = rb_now_ns () - t0;
     if (rb->populate_rate.bps)
-      elapsed = RB_MAX (elapsed,
-                        (uint64_t) (bytes * 1e9 / rb->populate_rate.bps));
+      elapsed = RB_MAX (elapsed, rb_rate_ns (bytes, rb->populate_rate.bps));
     rb_bw_sample (&rb->populate_bw, bytes, elapsed);
   }
   rb_check_populated (rb);
   return failed ? c : next;
 }
 
+void
+rb_populator_state_init (struct rb_populator_state *ps)
+{
+  *ps = (struct rb_populator_state) { .backoff = BACKOFF_MIN_MS };
+}
+
+/* One populate pass: mark a hole, or load a batch.  Returns the delay
+ * before the next (internal.h): 0, a back-off after a failure, or
+ * RB_STEP_DONE once everything is loaded.
+ */
+uint64_t
+rb_populate_step (struct rb *rb, struct rb_populator_state *ps)
+{
+  uint64_t data, data_end, next;
+
+  if (chunkmap_loaded (&rb->map) >= rb->nchunks)
+    return RB_STEP_DONE;
+  ps->c = chunkmap_next (&rb->map, ps->c, CS_BIT (CS_EMPTY));
+  if (ps->c == UINT64_MAX) {
+    if (ps->wrapped)    /* counters and map disagree: cannot happen */
+      return RB_STEP_DONE;
+    ps->c = 0;
+    ps->wrapped = true;
+    return 0;
+  }
+  ps->wrapped = false;
+
+  data = next_data_chunk (rb, ps->c, &data_end);
+  if (data > ps->c) {
+    mark_hole (rb, ps->c, data - ps->c);
+    ps->c = data;
+    return 0;
+  }
+  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1));
+  if (next == ps->c) {          /* failed: back off, then retry */
+    uint64_t delay = ps->backoff * 1000000;
+    ps->backoff = RB_MIN (ps->backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    return delay;
+  }
+  ps->backoff = BACKOFF_MIN_MS;
+  ps->c = next;
+  return 0;
+}
+
+/* The POSIX populator thread: pause in writethrough mode, wait out what
+ * rb_populate_step() asks for.
+ */
 static void *
 populator_main (void *arg)
 {
   struct rb *rb = arg;
-  uint64_t c = 0, backoff = 50;
-  bool wrapped = false;
+  struct rb_populator_state ps;
+  uint64_t delay;
 
   rb_thread_background ();
   rb_log ("populate: loading %" PRIu64 " chunks", rb->nchunks);
+  rb_populator_state_init (&ps);
   while (wait_writeback (rb)) {
-    uint64_t data, data_end, next;
-
-    if (chunkmap_loaded (&rb->map) >= rb->nchunks)
+    delay = rb_populate_step (rb, &ps);
+    if (delay == RB_STEP_DONE)
       break;
-    c = chunkmap_next (&rb->map, c, CS_BIT (CS_EMPTY));
-    if (c == UINT64_MAX) {
-      if (wrapped)      /* counters and map disagree: cannot happen */
-        break;
-      c = 0;
-      wrapped = true;
-      continue;
-    }
-    wrapped = false;
-
-    data = next_data_chunk (rb, c, &data_end);
-    if (data > c) {
-      mark_hole (rb, c, data - c);
-      c = data;
-      continue;
-    }
-    next = load_batch (rb, c, RB_MAX (data_end, c + 1));
-    if (next == c) {            /* failed: back off, then retry */
-      if (!populator_sleep (rb, backoff * 1000000))
-        break;
-      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
-    }
-    else {
-      backoff = 50;
-      c = next;
-    }
+    if (delay && !populator_sleep (rb, delay))
+      break;
   }
   rb_check_populated (rb);
   return NULL;

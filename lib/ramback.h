@@ -17,10 +17,7 @@
 #ifndef RAMBACK_H
 #define RAMBACK_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
+#include "env.h"
 #include "store.h"
 
 enum rb_mode {

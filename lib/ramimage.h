@@ -73,9 +73,7 @@
 #ifndef RAMBACK_RAMIMAGE_H
 #define RAMBACK_RAMIMAGE_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
+#include "env.h"
 #include "store.h"
 
 #define RAMIMAGE_MAGIC "RAMBACK-IMAGE\0\0\0"      /* 16 bytes */

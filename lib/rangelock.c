@@ -1,11 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback: ordered range locks (rangelock.h). */
 
-#include <config.h>
-
-#include <assert.h>
-#include <string.h>
-
+#include "env.h"
 #include "cleanup.h"
 #include "rangelock.h"
 
@@ -21,7 +17,7 @@ rangelock_init (struct rangelock *rl)
 void
 rangelock_destroy (struct rangelock *rl)
 {
-  assert (rl->root == NULL);
+  rb_assert (rl->root == NULL);
   rb_cond_destroy (&rl->released);
   rb_mutex_destroy (&rl->lock);
 }
@@ -106,7 +102,7 @@ merge (struct rl_node *a, struct rl_node *b)
 static struct rl_node *
 erase (struct rl_node *t, struct rl_node *n)
 {
-  assert (t != NULL);
+  rb_assert (t != NULL);
   if (t == n)
     return merge (t->left, t->right);
   if (less (n, t))
@@ -143,7 +139,7 @@ void
 rangelock_acquire (struct rangelock *rl, struct rl_node *n,
                    uint64_t start, uint64_t end, enum rl_kind kind)
 {
-  assert (start < end);
+  rb_assert (start < end);
   memset (n, 0, sizeof *n);
   n->start = start;
   n->end = end;
@@ -171,7 +167,7 @@ rangelock_acquire_batch (struct rangelock *rl, struct rl_node *nodes,
   seq = ++rl->seq;
   for (i = 0; i < k; i++) {
     struct rl_node *n = &nodes[i];
-    assert (n->start < n->end);
+    rb_assert (n->start < n->end);
     n->seq = seq;
     n->max_end = n->end;
     n->left = n->right = NULL;

@@ -23,10 +23,6 @@
 #ifndef RAMBACK_RANGELOCK_H
 #define RAMBACK_RANGELOCK_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
 #include "env.h"
 
 enum rl_kind {

@@ -20,9 +20,7 @@
 #ifndef RAMBACK_STORE_H
 #define RAMBACK_STORE_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "env.h"
 
 enum rb_io_op {
   RB_IO_READ,
@@ -155,12 +153,37 @@ struct rb_store_params {
 extern struct rb_store *rb_store_open (const struct rb_store_params *params);
 extern void rb_store_close (struct rb_store *s);
 
-/* Convenience wrappers for a batch of one. */
-extern int rb_store_pread (struct rb_store *s, void *buf, uint64_t count,
-                           uint64_t offset);
-extern int rb_store_pwrite (struct rb_store *s, const void *buf,
-                            uint64_t count, uint64_t offset);
-extern int rb_store_zero (struct rb_store *s, uint64_t count, uint64_t offset);
+/* Convenience wrappers for a batch of one (inline: the kernel target
+ * shares the code that calls them, not store.c).
+ */
+static inline int
+rb_store_one (struct rb_store *s, enum rb_io_op op, void *buf,
+              uint64_t count, uint64_t offset)
+{
+  struct rb_io io = { .op = op, .buf = buf, .count = count, .offset = offset };
+
+  return s->ops->submit (s, &io, 1);
+}
+
+static inline int
+rb_store_pread (struct rb_store *s, void *buf, uint64_t count,
+                uint64_t offset)
+{
+  return rb_store_one (s, RB_IO_READ, buf, count, offset);
+}
+
+static inline int
+rb_store_pwrite (struct rb_store *s, const void *buf, uint64_t count,
+                 uint64_t offset)
+{
+  return rb_store_one (s, RB_IO_WRITE, (void *) buf, count, offset);
+}
+
+static inline int
+rb_store_zero (struct rb_store *s, uint64_t count, uint64_t offset)
+{
+  return rb_store_one (s, RB_IO_ZERO, NULL, count, offset);
+}
 
 /* Implementations. */
 extern struct rb_store *rb_store_file_open (const struct rb_store_params *);

@@ -1,12 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback: summary bitmaps (sumbits.h). */
 
-#include <config.h>
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "env.h"
 #include "sumbits.h"
 
@@ -23,10 +17,10 @@ sumbits_init (struct sumbits *sb, uint64_t n, bool all_set)
     uint64_t w = WORDS (bits), i;
 
     sb->count[l] = bits;
-    sb->bits[l] = calloc (w ? w : 1, sizeof (uint64_t));
+    sb->bits[l] = rb_calloc (w ? w : 1, sizeof (uint64_t));
     if (sb->bits[l] == NULL) {
       sumbits_free (sb);
-      errno = ENOMEM;
+      rb_set_errno (ENOMEM);
       return -1;
     }
     sb->levels = l + 1;
@@ -42,7 +36,7 @@ sumbits_init (struct sumbits *sb, uint64_t n, bool all_set)
   }
   if (sb->count[sb->levels - 1] > 64) {  /* more than 64^8 items */
     sumbits_free (sb);
-    errno = EFBIG;
+    rb_set_errno (EFBIG);
     return -1;
   }
   return 0;
@@ -54,7 +48,7 @@ sumbits_free (struct sumbits *sb)
   unsigned l;
 
   for (l = 0; l < sb->levels; l++)
-    free (sb->bits[l]);
+    rb_free (sb->bits[l]);
   memset (sb, 0, sizeof *sb);
 }
 
@@ -89,7 +83,7 @@ find (const struct sumbits *sb, unsigned l, uint64_t idx)
       (~UINT64_C (0) << (idx % 64));
 
     if (word)
-      return w * 64 + __builtin_ctzll (word);
+      return w * 64 + rb_ctz64 (word);
     if (l + 1 == sb->levels)
       idx = (w + 1) * 64;
     else {

@@ -22,8 +22,7 @@
 #ifndef RAMBACK_SUMBITS_H
 #define RAMBACK_SUMBITS_H
 
-#include <stdbool.h>
-#include <stdint.h>
+#include "env.h"
 
 #define SUMBITS_MAX_LEVELS 8
 

@@ -23,6 +23,12 @@ rb_rate_delay (struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
   return start - now_ns;
 }
 
+uint64_t
+rb_rate_ns (uint64_t bytes, uint64_t bps)
+{
+  return (uint64_t) (bytes * 1e9 / bps);
+}
+
 void
 rb_bw_sample (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 {

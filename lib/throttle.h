@@ -14,7 +14,7 @@
 #ifndef RAMBACK_THROTTLE_H
 #define RAMBACK_THROTTLE_H
 
-#include <stdint.h>
+#include "env.h"
 
 #define RB_BW_TAU_S 3.0
 
@@ -32,6 +32,9 @@ struct rb_bw {
 /* Nanoseconds to wait before transferring 'bytes' (0: go now). */
 extern uint64_t rb_rate_delay (struct rb_rate *r, uint64_t bytes,
                                uint64_t now_ns);
+
+/* Nanoseconds that 'bytes' take at 'bps' bytes per second (bps > 0). */
+extern uint64_t rb_rate_ns (uint64_t bytes, uint64_t bps);
 
 /* Record 'bytes' moved in 'elapsed_ns'. */
 extern void rb_bw_sample (struct rb_bw *bw, uint64_t bytes,

@@ -31,7 +31,8 @@ EXTRA_DIST += $(remote_tests) \
 # test-remote-store.sh, which starts the servers).
 check_PROGRAMS += test-store-nbd
 test_store_nbd_SOURCES = test-store-nbd.c
-test_store_nbd_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/lib $(LIBNBD_CFLAGS)
+test_store_nbd_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/lib $(RB_ENV_CPPFLAGS) \
+	$(LIBNBD_CFLAGS)
 test_store_nbd_LDADD = $(top_builddir)/lib/libramback.la $(LIBNBD_LIBS) $(PTHREAD_LIBS)
 
 # faultdisk: an nbdkit plugin for tests that injects faults on command

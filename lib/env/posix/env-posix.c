@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback: the OS shim for POSIX threads (see env.h). */
+/* ramback: the OS shim for POSIX threads (see ../../env.h). */
 
 #include <config.h>
 
