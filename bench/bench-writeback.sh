@@ -247,6 +247,14 @@ try:
             v["direct"] / v["memory"], v["buffered"] / v["memory"],
             v["direct"] / v["null"]))
     p("")
+    p("%-17s %-5s %8s %8s   (until the data is on the backing store: "
+      "the job and a sync)" % ("write + sync", "unit", "direct", "buffered"))
+    for job in jobs:
+        n = size if job == "seqwrite1m" else nio
+        v = {t: n / med(job, t, "wall") for t in ("direct", "buffered")}
+        p("%-17s %-5s %8.0f %8.0f" % (job, "MiB/s", v["direct"] / 2**20,
+                                      v["buffered"] / 2**20))
+    p("")
     p("%-17s %9s %9s %9s %9s %7s" % (
         "CPU s per GiB", "direct", "buffered", "memory", "null", "dir/buf"))
     for job in jobs:
