@@ -223,6 +223,27 @@ ramback_config_key (const char *key, const char *value)
   return 0;
 }
 
+/* What both forms check: the plugin's back= and the store options come
+ * on top of it (ramback_config_check), the filter's own on top of it in
+ * the filter form.
+ */
+int
+ramback_config_check_common (void)
+{
+  const struct rb_config *c = &ramback_params;
+
+  if (resume_given && c->ram == NULL) {
+    nbdkit_error ("resume= only applies with ram=PATH (an image in "
+                  "anonymous memory does not outlive ramback): add ram= "
+                  "or remove resume=");
+    return -1;
+  }
+  if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
+    nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
+                  "write back bandwidth", c->ups_window);
+  return 0;
+}
+
 int
 ramback_config_check (void)
 {
@@ -256,16 +277,7 @@ ramback_config_check (void)
       return -1;
     }
   }
-  if (resume_given && c->ram == NULL) {
-    nbdkit_error ("resume= only applies with ram=PATH (an image in "
-                  "anonymous memory does not outlive ramback): add ram= "
-                  "or remove resume=");
-    return -1;
-  }
-  if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
-    nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
-                  "write back bandwidth", c->ups_window);
-  return 0;
+  return ramback_config_check_common ();
 }
 
 /* nbdkit_absolute_path() results are freed by nbdkit; nothing of ours

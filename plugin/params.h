@@ -14,6 +14,7 @@ extern bool ramback_trace;
 
 extern int ramback_config_key (const char *key, const char *value);
 extern int ramback_config_check (void);
+extern int ramback_config_check_common (void);
 extern void ramback_config_free (void);
 
 #define ramback_config_help \

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* nbdkit-ramback-plugin: a RAM block device written back to a backing
- * store.  Only nbdkit glue lives here; the caching core is lib/.
+ * store.  Only the nbdkit entry points live here: what they do is in
+ * glue.c, shared with the filter form (filter/ramback.c); the caching
+ * core is lib/.
  *
  * Lifecycle (nbdkit 1.32):
- *   .config / .config_complete  parse and check parameters (config.c)
+ *   .config / .config_complete  parse and check parameters (params.c)
  *   .get_ready                  open the store, allocate RAM, bind the
  *                               control socket: every error on bad input
  *                               surfaces here, before nbdkit forks
@@ -28,35 +30,20 @@
 
 #include "ramback.h"
 #include "params.h"
-#include "control-server.h"
+#include "glue.h"
 
-static struct rb *rb;
-
-/* The core's messages: progress to debug output (-v), warnings always. */
-static void
-log_to_nbdkit (enum rb_log_level level, const char *msg)
-{
-  if (level == RB_LOG_WARN)
-    nbdkit_error ("%s", msg);
-  else
-    nbdkit_debug ("%s", msg);
-}
-
-/* Turn the core's per-thread error into nbdkit's. */
+/* The glue reports the error and leaves it in errno (glue.h). */
 static int
 fail (void)
 {
-  int err = rb_get_errno ();
-
-  nbdkit_error ("%s", rb_get_error () ? rb_get_error () : "failed");
-  nbdkit_set_error (err ? err : EIO);
+  nbdkit_set_error (errno);
   return -1;
 }
 
 static void
 ramback_load (void)
 {
-  rb_set_log (log_to_nbdkit);
+  ramback_glue_load ();
 }
 
 static int
@@ -74,43 +61,21 @@ ramback_config_complete (void)
 static int
 ramback_get_ready (void)
 {
-  rb = rb_open (&ramback_params);
-  if (rb == NULL)
-    return fail ();
-  if (ramback_trace)
-    rb_set_trace (rb, true);
-  if (ramback_control_path &&
-      control_server_bind (ramback_control_path) == -1)
+  if (ramback_glue_open (&ramback_params, ramback_params.store.uri) == -1)
     return -1;
-  nbdkit_debug ("ramback: %s, %" PRIu64 " bytes in %u-byte chunks",
-                ramback_params.store.uri, rb_get_size (rb),
-                rb_get_chunk_size (rb));
-  return 0;
+  return ramback_glue_bind ();
 }
 
 static int
 ramback_after_fork (void)
 {
-  if (rb_start (rb) == -1)
-    return fail ();
-  return control_server_start (rb);
+  return ramback_glue_start ();
 }
 
 static void
 ramback_cleanup (void)
 {
-  if (rb == NULL)
-    return;
-  /* Drain while the control socket still answers status requests. */
-  if (rb_shutdown (rb) == -1)
-    nbdkit_error ("clean stop failed: %s: DATA WAS NOT WRITTEN BACK",
-                  rb_get_error ());
-  control_server_stop ();
-  rb_close (rb);
-  rb = NULL;
-  ramback_config_free ();
-  /* Tests look for this line (see tests/functions.sh.in). */
-  nbdkit_debug ("ramback: clean stop complete");
+  ramback_glue_cleanup ();
 }
 
 static void *
@@ -122,7 +87,7 @@ ramback_open (int readonly)
 static int64_t
 ramback_get_size (void *handle)
 {
-  return rb_get_size (rb);
+  return rb_get_size (ramback_rb);
 }
 
 /* All connections share one RAM image and FLUSH syncs everything, so
@@ -180,50 +145,42 @@ ramback_can_cache (void *handle)
   return NBDKIT_CACHE_NATIVE;
 }
 
-static unsigned
-flags_of (uint32_t flags)
-{
-  return ((flags & NBDKIT_FLAG_FUA) ? RB_FUA : 0) |
-    ((flags & NBDKIT_FLAG_FAST_ZERO) ? RB_FAST_ZERO : 0);
-}
-
 static int
 ramback_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
 {
-  return rb_pread (rb, buf, count, offset) == -1 ? fail () : 0;
+  return ramback_glue_pread (buf, count, offset) == -1 ? fail () : 0;
 }
 
 static int
 ramback_pwrite (void *handle, const void *buf, uint32_t count,
                 uint64_t offset, uint32_t flags)
 {
-  return rb_pwrite (rb, buf, count, offset, flags_of (flags)) == -1
-    ? fail () : 0;
+  return ramback_glue_pwrite (buf, count, offset, flags) == -1 ? fail () : 0;
 }
 
 static int
 ramback_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return rb_zero (rb, count, offset, flags_of (flags)) == -1 ? fail () : 0;
+  return ramback_glue_zero (count, offset, flags) == -1 ? fail () : 0;
 }
 
 static int
 ramback_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return rb_trim (rb, count, offset, flags_of (flags)) == -1 ? fail () : 0;
+  return ramback_glue_trim (count, offset, flags) == -1 ? fail () : 0;
 }
 
 static int
 ramback_flush (void *handle, uint32_t flags)
 {
-  return rb_flush (rb) == -1 ? fail () : 0;
+  return ramback_glue_flush () == -1 ? fail () : 0;
 }
 
 static int
 ramback_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return rb_cache (rb, count, offset) == -1 ? fail () : 0;
+  return ramback_glue_cache (count, offset) == -1 ? fail () : 0;
 }
 
 static struct nbdkit_plugin plugin = {

@@ -11,7 +11,9 @@
 #  4. a smoke test of the installed files only (a scratch directory, the
 #     system's PATH, nothing from the build tree): "nbdkit ramback" by
 #     name with a data round trip and a check of the backing file after
-#     a clean stop, "ramback status" on its control socket, the
+#     a clean stop, "nbdkit --filter=ramback" by name in front of the
+#     memory plugin with a data round trip written back to the plugin,
+#     "ramback status" on its control socket, the
 #     installed UPS hook, "man -w" for each page, "systemd-analyze
 #     verify" on the installed unit, and "dkms build" of dm-ramback for
 #     the headers of linux-headers-cloud-amd64's kernel: a build only,
@@ -151,9 +153,11 @@ say "lintian: $(grep -c '^E:' "$out/lintian.txt") errors," \
 # What the machine looks like before: the packages, and the directories
 # that the packages or DKMS write to.
 plugindir=$(pkg-config --variable=plugindir nbdkit)
+filterdir=$(pkg-config --variable=filterdir nbdkit)
 watched=(/usr/src /var/lib/dkms /lib/modules /etc/dkms /etc/ramback
          /etc/systemd/system /lib/systemd/system /usr/share/ramback
-         "$plugindir" /usr/bin /usr/share/man/man1 /usr/share/man/man5)
+         "$plugindir" "$filterdir" /usr/bin /usr/share/man/man1
+         /usr/share/man/man5)
 for p in "${packages[@]}"; do watched+=(/usr/share/doc/"$p"); done
 snapshot () {
     { find "${watched[@]}" 2>/dev/null || :; } | sort
@@ -238,6 +242,39 @@ nbdkit -U - ramback back="$PWD/back.img" control="$PWD/ctl.sock" \
 cmp expect again || die "a second nbdkit ramback read back other data"
 say "round trip through the installed plugin: ok"
 
+# The filter by name, from nbdkit's filter directory, in front of the
+# memory plugin, with nbdkit's log filter between them recording what
+# reaches the plugin: a data round trip, and the clean stop at the end
+# of --run writes the data to the plugin and flushes it.
+cat >run-filter.sh <<'EOF'
+set -eu
+nbdinfo --size "$uri" | grep -qx 67108864
+nbdcopy data "$uri"
+nbdcopy "$uri" readback
+cmp -n 16777216 data readback
+ramback status ctl-filter.sock
+EOF
+say "nbdkit -U - --filter=ramback --filter=log memory 64M control=ctl-filter.sock --run 'bash run-filter.sh'"
+nbdkit -v -U - --filter=ramback --filter=log memory 64M \
+       logfile="$PWD/plugin.log" control="$PWD/ctl-filter.sock" \
+       --run 'uri="$uri" bash run-filter.sh' 2>filter.log ||
+    { tail -30 filter.log; die "the smoke test under nbdkit --filter=ramback failed"; }
+so=$(sed -n 's/.*registered filter \(.*\) (name ramback)$/\1/p' filter.log)
+[ "$so" = "$filterdir/nbdkit-ramback-filter.so" ] ||
+    die "nbdkit --filter=ramback loads '$so', not the one in $filterdir"
+owned "$so"
+say "nbdkit --filter=ramback is $so ($(dpkg -S "$so" | cut -d: -f1))"
+grep -q 'ramback: clean stop complete' filter.log ||
+    die "nbdkit --filter=ramback: no clean stop (filter.log)"
+written=$(sed -n 's/.* Write id=[0-9]* offset=0x[0-9a-f]* count=0x\([0-9a-f]*\) .*/\1/p' \
+              plugin.log | while read -r n; do echo $((16#$n)); done |
+          awk '{ s += $1 } END { print s + 0 }')
+[ "$written" -ge 16777216 ] ||
+    die "the filter wrote $written bytes to the plugin, not the 16 MiB written to it"
+grep 'Flush id=' plugin.log | tail -1 | grep -q 'return=0' ||
+    die "no successful flush of the plugin after the write back (plugin.log)"
+say "round trip through the installed filter: ok ($written bytes written back, then a flush)"
+
 # apcupsd's event scripts are links to the hook.
 for e in onbattery offbattery doshutdown; do
     [ "$(readlink -f /usr/share/ramback/apcupsd/$e)" = \
@@ -246,7 +283,8 @@ for e in onbattery offbattery doshutdown; do
 done
 
 # The manual pages, in their sections.
-for page in 1:nbdkit-ramback-plugin 1:ramback 5:ramback-control; do
+for page in 1:nbdkit-ramback-plugin 1:nbdkit-ramback-filter 1:ramback \
+            5:ramback-control; do
     if ! f=$(man -w "${page%%:*}" "${page#*:}"); then
         grep -rs 'path-exclude.*/usr/share/man' /etc/dpkg/dpkg.cfg.d/ &&
             echo "check-packages: dpkg does not install man pages here (above)" >&2

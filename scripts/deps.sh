@@ -12,6 +12,8 @@ packages=(
     # run and test
     libnbd-bin python3-libnbd fio qemu-utils nbd-server
     socat jq e2fsprogs util-linux procps xz-utils tmux
+    # the filter form's tests: nbdkit's ssh plugin against a local sshd
+    openssh-server openssh-client
     # the control tests watch a command retry a refused connect
     strace
     # UPS integration test

@@ -10,6 +10,10 @@
 # tmpfs there (ext4 files stop at 16 TiB).  A 64 TiB one is served with
 # overcommit=true, and the writes at its start, middle and end reach it.  Without unshare those cases
 # are skipped and the rest still run.
+# The filter form (RAMBACK_FORM=filter) has no back= or size=: it refuses
+# back=, and what the plugin below cannot do (fsync=wait without flush,
+# a chunk below its minimum block size); a read-only file below it gives
+# a read-only export instead of a refusal (the file plugin opens it so).
 # Control socket: binary garbage, an overlong line, unknown verbs and bad
 # arguments get ERR replies; the server keeps serving, on the same
 # connection and new ones, and the data written before is intact.
@@ -27,6 +31,7 @@ py -c '
 import random, sys
 open (sys.argv[1], "wb").write (random.Random (5).randbytes (8 << 20))' "$back"
 protect "$back"
+sum0=$(sha "$back")
 
 quiet_umount () { umount -l "$1" 2>/dev/null || true; }
 
@@ -36,12 +41,16 @@ b="back=$back"
 
 expect_fail "unknown key"          "unknown parameter 'frobnicate'" "$b" frobnicate=1
 expect_fail "key given twice"      "more than once"   "$b" chunk=4K chunk=8K
+# size= and back= are the plugin form's store parameters; the filter
+# form's store is the plugin below it (its own cases are further down).
+if [ "$RAMBACK_FORM" = plugin ]; then
 expect_fail "size=abc"             "$parse"           back="$new" size=abc
 expect_fail "size=10Q"             "$parse"           back="$new" size=10Q
 expect_fail "size=-1"              "$parse"           back="$new" size=-1
 expect_fail "size= empty"          "$parse"           back="$new" size=
 expect_fail "size=0"               "$parse"           back="$new" size=0
 expect_fail "size overflow"        "$parse"           back="$new" size=99999999999999999999
+fi
 expect_fail "chunk=abc"            "$parse"           "$b" chunk=abc
 expect_fail "chunk=3000"           "power of two"     "$b" chunk=3000
 expect_fail "chunk=96K"            "power of two"     "$b" chunk=96K
@@ -56,21 +65,54 @@ expect_fail "flush-rate=1.5.5"     "$parse"           "$b" flush-rate=1.5.5
 expect_fail "populate-rate=-5"     "$parse"           "$b" populate-rate=-5
 expect_fail "populate=maybe"       "boolean|maybe"    "$b" populate=maybe
 expect_fail "overcommit=perhaps"   "boolean|perhaps"  "$b" overcommit=perhaps
+if [ "$RAMBACK_FORM" = plugin ]; then
 expect_fail "missing back="        "back= parameter is required" size=1M
 expect_fail "back= missing, no size=" "does not exist.*size=" back="$TMP/nonexistent.img"
 [ ! -e "$TMP/nonexistent.img" ] || fail "a failed start created the backing file"
 expect_fail "size= smaller than the backing" "size=.*must match|bytes but size=" "$b" size=4M
 expect_fail "size= larger than the backing"  "size=.*must match|bytes but size=" "$b" size=16M
+else
+# The filter form: what only it can get wrong.
+f=(--filter="$FILTER")
+expect_fail_cmd "back= given to the filter" "takes no back= parameter.*--filter=ramback file" \
+    "${f[@]}" file "$back" back="$back"
+expect_fail_cmd "inflight= above 64" "inflight=100.*at most 64" \
+    "${f[@]}" file "$back" inflight=100
+expect_fail_cmd "request-timeout= given to the filter" \
+    "request-timeout=30.*NBD backing store of the plugin form" \
+    "${f[@]}" file "$back" request-timeout=30
+expect_fail_cmd "resume= without ram=" "resume= only applies with ram=" \
+    "${f[@]}" file "$back" resume=discard
+expect_fail_cmd "fsync=wait, plugin without flush" "fsync=wait.*cannot flush" \
+    "${f[@]}" pattern size=8M fsync=wait
+expect_fail_cmd "chunk= below the plugin's minimum block size" \
+    "chunk=1024.*minimum block size is 4096" \
+    "${f[@]}" --filter=blocksize-policy file "$back" blocksize-minimum=4096 \
+    chunk=1K
+fi
 : > "$TMP/empty.img"
 expect_fail "empty backing file"   "empty"            back="$TMP/empty.img"
 mkdir "$TMP/dir"
-expect_fail "back= a directory"    "directory|not a regular file" back="$TMP/dir"
+# (The file plugin below the filter says "use dir= to serve files within".)
+expect_fail "back= a directory"    "directory|not a regular file|use dir=" back="$TMP/dir"
 
-# Options of an NBD backing store, given with a file: refused, not ignored.
-for kv in tls-certificates=/etc/ssl tls-psk=/etc/psk tls-username=alice \
-          tls-verify=false connections=4 inflight=8; do
-    expect_fail "$kv with a backing file" \
-        "${kv%%=*}= only applies to an NBD backing store" "$b" "$kv"
+# Options of an NBD backing store, given with a file: refused, not
+# ignored.  In the filter form tls-*= are the plugin's (the nbd plugin
+# has the same ones) and the file plugin refuses them; connections= and
+# inflight= are the filter's own there (contexts into the plugin), and
+# the filter refuses request-timeout= (above).
+nbd_only="tls-certificates=/etc/ssl tls-psk=/etc/psk tls-username=alice
+          tls-verify=false"
+[ "$RAMBACK_FORM" = filter ] ||
+    nbd_only+=" connections=4 inflight=8 request-timeout=30"
+for kv in $nbd_only; do
+    k=${kv%%=*}
+    if [ "$RAMBACK_FORM" = plugin ]; then
+        re="$k= only applies to an NBD backing store"
+    else
+        re="unknown parameter '$k'"
+    fi
+    expect_fail "$kv with a backing file" "$re" "$b" "$kv"
 done
 
 # A device larger than RAM (24 GiB here; 2 TiB on ext4 is sparse).
@@ -78,16 +120,46 @@ expect_fail "2T device, no overcommit" "larger than.*overcommit=true" back="$new
 rm -f "$new"
 
 # Read-only backing stores.  chmod does not stop root; chattr +i does.
+# The plugin form refuses them.  Below the filter, the file plugin opens
+# them read-only, and the filter follows the plugin: a read-only export
+# whose writes fail, and nothing changes.
+expect_read_only () {
+    local desc=$1 re=$2; shift 2
+    if [ "$RAMBACK_FORM" = plugin ]; then
+        expect_fail "$desc" "$re" "$@"
+        return
+    fi
+    start_rb ro -- "$@"
+    py - "$ro_uri" <<'EOP'
+import sys
+import nbd
+import model as M
+h = M.connect (sys.argv[1])
+if not h.is_read_only ():
+    M.fail ("a read-only plugin below the filter gave a writable export")
+h.pread (65536, 0)
+try:
+    h.pwrite (b"x" * 512, 0)
+    M.fail ("a write to the read-only export succeeded")
+except nbd.Error as e:
+    M.log ("ok: write refused: %s" % e)
+h.shutdown ()
+EOP
+    stop_rb ro
+    [ "$(sha "$back")" = "$sum0" ] || fail "$desc: the backing file changed"
+    ncases=$((ncases + 1))
+    echo "ok: $desc: served read-only, unchanged"
+}
 if chattr +i "$back" 2>/dev/null; then
     cleanup_fn chattr -i "$back"
-    expect_fail "immutable backing (chattr +i)" "cannot open.*for writing|read-only|Operation not permitted" "$b"
+    expect_read_only "immutable backing (chattr +i)" "cannot open.*for writing|read-only|Operation not permitted" "$b"
     chattr -i "$back"
 else
     echo "skip: chattr +i is not supported on $TMP"
 fi
 if [ -n "$RAMBACK_TEST_NS" ] && mount --bind -o ro "$back" "$back"; then
     cleanup_fn quiet_umount "$back"
-    expect_fail "read-only mount" "cannot open.*for writing|Read-only file system" "$b"
+    expect_read_only "read-only mount" "cannot open.*for writing|Read-only file system" "$b"
     umount "$back"
 else
     echo "skip: no private mount namespace for a read-only bind mount"

@@ -18,6 +18,8 @@
 #    After recovery the durable image must still equal the model: the
 #    core must not trust writes that no successful sync confirmed, and
 #    must not trust a retried sync either.
+# In the filter form (RAMBACK_FORM=filter) the error filter and the
+# volatile disk are right below ramback in the same nbdkit.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -165,15 +167,23 @@ echo "=== A: error filter on an nbdkit file export"
 img="$TMP/a.img"
 mk_image "$img" "$size"
 cp "$img" "$TMP/a.model"
-start_backing ba --filter=error file "$img" \
-    error=EIO error-rate=100% error-file="$TMP/a.fail"
-start_rb rb -- back="$ba_uri" fsync=wait
+errs=(error=EIO error-rate=100% error-file="$TMP/a.fail")
+if [ "$RAMBACK_FORM" = filter ]; then
+    # The error filter right below ramback, in the same nbdkit.
+    RB_PLUGIN=(--filter=error file "$img" "${errs[@]}")
+    start_rb rb -- fsync=wait
+    RB_PLUGIN=()
+    ba_log=$rb_log
+else
+    start_backing ba --filter=error file "$img" "${errs[@]}"
+    start_rb rb -- back="$ba_uri" fsync=wait
+fi
 soft_rc=0
 py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$img" "$TMP/a.fail" "$TMP/a.model" A || soft_rc=$?
 [ "$soft_rc" -eq 0 ] || [ "$soft_rc" -eq 3 ] || fail "part A"
 stop_rb rb
 assert_same "$img" "$TMP/a.model"
-stop_nbdkit "$ba_pid"
+[ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$ba_pid"
 grep -c 'injecting' "$ba_log" | sed 's/^/errors injected: /' || true
 
 echo "=== B: volatile write cache lost on a failed FLUSH (fsyncgate)"
@@ -183,14 +193,21 @@ mk_image "$DURABLE_IMG" "$size"
 cp "$DURABLE_IMG" "$VOLATILE_IMG"
 cp "$DURABLE_IMG" "$TMP/b.model"
 : > "$VOLATILE_LIST"
-start_backing bb sh "$top_srcdir/tests/volatile-disk.sh"
-start_rb rb -- back="$bb_uri" fsync=wait
+if [ "$RAMBACK_FORM" = filter ]; then
+    # The sh plugin right below ramback (it serialises all requests).
+    RB_PLUGIN=(sh "$top_srcdir/tests/volatile-disk.sh")
+    start_rb rb -- fsync=wait
+    RB_PLUGIN=()
+else
+    start_backing bb sh "$top_srcdir/tests/volatile-disk.sh"
+    start_rb rb -- back="$bb_uri" fsync=wait
+fi
 rc=0
 py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$DURABLE_IMG" "$VOLATILE_FAIL" "$TMP/b.model" B || rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || fail "part B"
 [ "$rc" -eq 0 ] || soft_rc=$rc
 stop_rb rb
 assert_same "$DURABLE_IMG" "$TMP/b.model"
-stop_nbdkit "$bb_pid"
+[ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$bb_pid"
 echo "durable image == model after SIGTERM"
 [ "$soft_rc" -eq 0 ] || fail "see the FAIL lines above"

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: the nbdkit glue shared by the plugin and the filter (glue.h). */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <nbdkit-plugin.h>
+
+#include "ramback.h"
+#include "params.h"
+#include "control-server.h"
+#include "glue.h"
+
+struct rb *ramback_rb;
+
+/* The core's messages: progress to debug output (-v), warnings always. */
+static void
+log_to_nbdkit (enum rb_log_level level, const char *msg)
+{
+  if (level == RB_LOG_WARN)
+    nbdkit_error ("%s", msg);
+  else
+    nbdkit_debug ("%s", msg);
+}
+
+void
+ramback_glue_load (void)
+{
+  rb_set_log (log_to_nbdkit);
+}
+
+int
+ramback_glue_error (void)
+{
+  int err = rb_get_errno ();
+
+  nbdkit_error ("%s", rb_get_error () ? rb_get_error () : "failed");
+  errno = err ? err : EIO;
+  return errno;
+}
+
+/* 'what' names the store in the debug line (the back= value, or the
+ * plugin below the filter).
+ */
+int
+ramback_glue_open (const struct rb_config *cfg, const char *what)
+{
+  ramback_rb = rb_open (cfg);
+  if (ramback_rb == NULL) {
+    ramback_glue_error ();
+    return -1;
+  }
+  if (ramback_trace)
+    rb_set_trace (ramback_rb, true);
+  nbdkit_debug ("ramback: %s, %" PRIu64 " bytes in %u-byte chunks",
+                what, rb_get_size (ramback_rb),
+                rb_get_chunk_size (ramback_rb));
+  return 0;
+}
+
+int
+ramback_glue_bind (void)
+{
+  if (ramback_control_path &&
+      control_server_bind (ramback_control_path) == -1)
+    return -1;
+  return 0;
+}
+
+int
+ramback_glue_start (void)
+{
+  if (rb_start (ramback_rb) == -1) {
+    ramback_glue_error ();
+    return -1;
+  }
+  return control_server_start (ramback_rb);
+}
+
+void
+ramback_glue_cleanup (void)
+{
+  if (ramback_rb) {
+    /* Drain while the control socket still answers status requests. */
+    if (rb_shutdown (ramback_rb) == -1)
+      nbdkit_error ("clean stop failed: %s: DATA WAS NOT WRITTEN BACK",
+                    rb_get_error ());
+  }
+  control_server_stop ();
+  if (ramback_rb == NULL)
+    return;
+  rb_close (ramback_rb);
+  ramback_rb = NULL;
+  ramback_config_free ();
+  /* Tests look for this line (see tests/functions.sh.in). */
+  nbdkit_debug ("ramback: clean stop complete");
+}
+
+static unsigned
+flags_of (uint32_t flags)
+{
+  return ((flags & NBDKIT_FLAG_FUA) ? RB_FUA : 0) |
+    ((flags & NBDKIT_FLAG_FAST_ZERO) ? RB_FAST_ZERO : 0);
+}
+
+static int
+result (int r)
+{
+  if (r == -1) {
+    ramback_glue_error ();
+    return -1;
+  }
+  return 0;
+}
+
+int
+ramback_glue_pread (void *buf, uint32_t count, uint64_t offset)
+{
+  return result (rb_pread (ramback_rb, buf, count, offset));
+}
+
+int
+ramback_glue_pwrite (const void *buf, uint32_t count, uint64_t offset,
+                     uint32_t flags)
+{
+  return result (rb_pwrite (ramback_rb, buf, count, offset,
+                            flags_of (flags)));
+}
+
+int
+ramback_glue_zero (uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return result (rb_zero (ramback_rb, count, offset, flags_of (flags)));
+}
+
+int
+ramback_glue_trim (uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return result (rb_trim (ramback_rb, count, offset, flags_of (flags)));
+}
+
+int
+ramback_glue_flush (void)
+{
+  return result (rb_flush (ramback_rb));
+}
+
+int
+ramback_glue_cache (uint32_t count, uint64_t offset)
+{
+  return result (rb_cache (ramback_rb, count, offset));
+}

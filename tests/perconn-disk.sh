@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# An nbdkit sh-plugin script: a disk whose write cache is per
+# connection, so a FLUSH makes durable only the writes made on its own
+# connection, and which says so by not advertising multi-conn.  Used by
+# test-filter-caps.sh right below the ramback filter: the filter must
+# flush every context it wrote through.
+#
+#   PERCONN_IMG      what reads see, whichever connection wrote it
+#   PERCONN_DURABLE  what survives: a FLUSH copies the ranges written on
+#                    its own connection since its last FLUSH from
+#                    PERCONN_IMG to here, and syncs
+#   PERCONN_DIR      one list of unflushed "offset count" per connection
+#                    (its handle), and "writers": the handle of every write
+#   PERCONN_NOFLUSH  if set, the disk cannot flush at all (can_flush false)
+#
+# Thread model serialize_requests: connections run in parallel, each one
+# request at a time, so a connection's list needs no locking.
+
+set -e
+method=$1
+
+copy_range () {    # copy_range FROM TO OFFSET COUNT
+    dd if="$1" of="$2" bs=64K iflag=skip_bytes,count_bytes oflag=seek_bytes \
+       conv=notrunc skip="$3" seek="$3" count="$4" status=none
+}
+
+case "$method" in
+    thread_model) echo serialize_requests ;;
+    open)
+        h=$(mktemp "$PERCONN_DIR/conn.XXXXXX")
+        echo "${h##*/}"
+        ;;
+    close) rm -f "$PERCONN_DIR/$2" ;;
+    get_size) stat -L -c %s "$PERCONN_IMG" ;;
+    can_write) exit 0 ;;
+    can_flush) [ -z "$PERCONN_NOFLUSH" ] || exit 3 ;;
+    can_fua) echo none ;;
+    can_multi_conn) exit 3 ;;
+    pread)
+        dd if="$PERCONN_IMG" bs=64K iflag=skip_bytes,count_bytes \
+           skip="$4" count="$3" status=none
+        ;;
+    pwrite)
+        dd of="$PERCONN_IMG" bs=64K iflag=fullblock oflag=seek_bytes \
+           conv=notrunc seek="$4" status=none
+        echo "$4 $3" >> "$PERCONN_DIR/$2"
+        echo "$2" >> "$PERCONN_DIR/writers"
+        ;;
+    flush)
+        while read -r off count; do
+            copy_range "$PERCONN_IMG" "$PERCONN_DURABLE" "$off" "$count"
+        done < "$PERCONN_DIR/$2"
+        : > "$PERCONN_DIR/$2"
+        sync "$PERCONN_DURABLE"
+        ;;
+    *) exit 2 ;;
+esac
