@@ -291,6 +291,20 @@ status_format_human (GString *out, const struct json_object *st,
   g_string_append_printf (out, ", %" PRIu64 " sync%s\n",
                           status_u64 (st, "syncs"),
                           status_u64 (st, "syncs") == 1 ? "" : "s");
+  {
+    uint64_t written;
+
+    /* An older plugin does not send it. */
+    if (json_get_u64 (st, "written_bytes", &written)) {
+      KEY ("client writes");
+      format_size (out, written);
+      if (written)
+        g_string_append_printf (out, " (written back %.2fx of it)",
+                                (double) status_u64 (st, "stored_bytes") /
+                                written);
+      g_string_append_c (out, '\n');
+    }
+  }
   KEY ("throttled");
   g_string_append_printf (out, "%" PRIu64 " writes\n",
                           status_u64 (st, "throttled"));
@@ -387,6 +401,8 @@ static const struct metric {
     "Bytes read from the backing store." },
   { "stored_bytes", "ramback_stored_bytes_total", "counter",
     "Bytes written back to the backing store." },
+  { "written_bytes", "ramback_written_bytes_total", "counter",
+    "Bytes of client writes (write amplification: stored / written)." },
   { "dirty_chunks", "ramback_dirty_chunks", "gauge",
     "Chunks waiting to be written back." },
   { "dirty_bytes", "ramback_dirty_bytes", "gauge",

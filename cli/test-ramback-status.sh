@@ -38,6 +38,7 @@ expect_field "$TMP/status.json" dirty_bytes 262144
 expect_field "$TMP/status.json" inflight_chunks 0
 expect_field "$TMP/status.json" inflight_bytes 0
 expect_field "$TMP/status.json" stored_bytes 65536
+expect_field "$TMP/status.json" written_bytes 327680
 expect_field "$TMP/status.json" dirty_max 0
 expect_field "$TMP/status.json" flush_rate 1024
 expect_field "$TMP/status.json" populate_rate 0
@@ -80,6 +81,7 @@ expect_line '^dirty limit: +none$'
 expect_line '^flush rate: +.* \(cap 1\.0 KiB/s\)$'
 expect_line '^time to drain: +([0-9.]+ s|[0-9]+m [0-9]+s|unknown.*)$'
 expect_line '^written back: +64\.0 KiB, [0-9]+ syncs?$'
+expect_line '^client writes: +320\.0 KiB \(written back 0\.20x of it\)$'
 expect_line '^errors: +0 store, 0 sync$'
 expect_line '^uptime: '
 expect_line '^image: +loaded from the backing store$'
@@ -129,6 +131,7 @@ assert val ("ramback_dirty_chunks") == "4"
 assert val ("ramback_dirty_bytes") == "262144"
 assert val ("ramback_inflight_bytes") == "0"
 assert val ("ramback_stored_bytes_total") == "65536"
+assert val ("ramback_written_bytes_total") == "327680"
 assert val ("ramback_flush_rate_limit_bytes_per_second") == "1024"
 assert val ("ramback_store_errors_total") == "0"
 assert float (val ("ramback_drain_seconds")) >= 0

@@ -23,8 +23,8 @@
  *           deadline UINT64_MAX waits forever (CLOCK_MONOTONIC).
  * Threads:  rb_thread_create (t, fn, arg): 0, or -1 with errno;
  *           rb_thread_join; rb_thread_background (): lower the calling
- *           thread's CPU priority, so write back and populate never
- *           starve application I/O of CPU.
+ *           thread's CPU and I/O priority, so write back and populate
+ *           never starve application I/O of CPU or of the disk.
  * Time:     rb_now_ns (monotonic), rb_deadline_ms (ms < 0: never).
  * Memory:   rb_phys_mem (bytes, 0 if unknown); rb_calloc, rb_free (may
  *           be large: the kernel takes them from kvmalloc);

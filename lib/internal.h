@@ -152,6 +152,7 @@ struct rb {
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
   uint64_t demand_loaded_bytes; /* of loaded_bytes, by rb_load_chunks */
+  uint64_t written_bytes;       /* client WRITE bytes that succeeded */
   uint64_t store_errors, sync_errors, syncs, throttled;
   struct rb_bw flush_bw, populate_bw;
   int last_errno;               /* [lock] */

@@ -422,7 +422,11 @@ rb_pwrite (struct rb *rb, const void *buf, uint32_t count, uint64_t offset,
   if (count == 0)
     return 0;
   req_init (rb, &r, OP_WRITE, buf, count, offset, flags);
-  return do_write (rb, &r);
+  if (do_write (rb, &r) == -1)
+    return -1;
+  /* stored_bytes / written_bytes is the write amplification. */
+  rb_atomic_add (&rb->written_bytes, count);
+  return 0;
 }
 
 int

@@ -139,6 +139,8 @@ struct rb_stats {
   uint64_t loaded_chunks;     /* chunks present in RAM */
   uint64_t loaded_bytes;      /* bytes read from the backing store */
   uint64_t stored_bytes;      /* bytes written to the backing store */
+  uint64_t written_bytes;     /* bytes of client writes (WRITE requests
+                                 that succeeded; not zero or trim) */
   uint64_t dirty_chunks;      /* includes dirty-zero chunks */
   uint64_t dirty_bytes;
   uint64_t inflight_chunks;   /* being written back right now */

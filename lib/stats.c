@@ -31,6 +31,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->loaded_chunks = chunkmap_loaded (&rb->map);
   st->loaded_bytes = rb_atomic_load (&rb->loaded_bytes);
   st->stored_bytes = rb_atomic_load (&rb->stored_bytes);
+  st->written_bytes = rb_atomic_load (&rb->written_bytes);
   st->dirty_chunks = chunkmap_dirty (&rb->map);
   st->dirty_bytes = st->dirty_chunks * rb->chunk_size;
   st->inflight_chunks = rb_atomic_load (&rb->inflight_chunks);
@@ -222,6 +223,7 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
     { "loaded_chunks", K_U64, .u = st->loaded_chunks },
     { "loaded_bytes", K_U64, .u = st->loaded_bytes },
     { "stored_bytes", K_U64, .u = st->stored_bytes },
+    { "written_bytes", K_U64, .u = st->written_bytes },
     { "dirty_chunks", K_U64, .u = st->dirty_chunks },
     { "dirty_bytes", K_U64, .u = st->dirty_bytes },
     { "inflight_chunks", K_U64, .u = st->inflight_chunks },

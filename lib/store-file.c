@@ -9,6 +9,31 @@
  * block device opened with O_EXCL for as long as it is open, so a second
  * ramback, or a program that locks or mounts it, cannot write to it
  * behind our back; the refusal names who holds it.
+ *
+ * Direct I/O.  Write back copies from the RAM image, which is page
+ * aligned, so it can go to the disk with O_DIRECT: no second copy of
+ * the data in the page cache, and none of the buffered write path's
+ * CPU (which, on a machine with few cores, is taken from the clients).
+ * A second descriptor on the same open file (reopened through
+ * /proc/self/fd, so it is the same inode) carries O_DIRECT; the first
+ * stays buffered for what cannot be aligned.  direct-io=auto uses it
+ * only where the kernel reports the file system's direct I/O alignment
+ * (statx STATX_DIOALIGN; BLKSSZGET for a block device) and not on
+ * btrfs (data checksums of a buffer that changes while it is written
+ * read back as errors on older kernels); tmpfs, NFS, FUSE and the like
+ * stay buffered.  The alignment used is at least the page size, so a
+ * direct request covers whole pages that no other request in flight
+ * touches (the core never runs overlapping requests at once), and a
+ * buffered head or tail of one request never shares a page with
+ * another's direct part: direct and buffered I/O of the same page never
+ * race.  A request whose buffer and offset are not equally aligned (a
+ * client's buffer in writethrough mode) goes buffered; an aligned one
+ * goes direct for its aligned middle and buffered for its head and
+ * tail.  If the file system refuses a direct request (EINVAL), the
+ * request is redone buffered and direct I/O is off from then on.
+ * fdatasync is unchanged: O_DIRECT moves the data past the page cache,
+ * not past the disk's cache nor the file system's metadata, so every
+ * sync still ends in fdatasync.
  */
 
 #include <config.h>
@@ -22,57 +47,136 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 #ifdef HAVE_LINUX_FS_H
 #include <linux/fs.h>
 #endif
 
+#include "cleanup.h"
 #include "env.h"
 #include "error.h"
 #include "exclusive.h"
 #include "store.h"
 
+#ifndef BTRFS_SUPER_MAGIC
+#define BTRFS_SUPER_MAGIC 0x9123683E
+#endif
+
 struct file_store {
   int fd;
+  int dfd;                /* the same file with O_DIRECT, -1: none */
+  uint64_t dalign;        /* dfd's alignment (a power of two >= page) */
+  bool direct;            /* [atomic] use dfd; cleared if refused */
   char *path;
   bool is_block;
   bool can_punch;         /* cleared once punching fails */
   bool can_zero_range;
 };
 
+/* Through the page cache.  Returns 0 or -1 with the error set. */
 static int
-rw_all (struct file_store *f, struct rb_io *io)
+rw_buffered (struct file_store *f, enum rb_io_op op, uint8_t *p,
+             uint64_t count, uint64_t offset)
 {
-  uint8_t *p = io->buf;
   uint64_t done = 0;
 
-  while (done < io->count) {
+  while (done < count) {
     ssize_t r;
 
-    if (io->op == RB_IO_READ)
-      r = pread (f->fd, p + done, io->count - done, io->offset + done);
+    if (op == RB_IO_READ)
+      r = pread (f->fd, p + done, count - done, offset + done);
     else
-      r = pwrite (f->fd, p + done, io->count - done, io->offset + done);
+      r = pwrite (f->fd, p + done, count - done, offset + done);
     if (r == -1) {
       if (errno == EINTR)
         continue;
       rb_set_error (errno, "%s: %s %" PRIu64 " bytes at %" PRIu64, f->path,
-                    io->op == RB_IO_READ ? "pread" : "pwrite",
-                    io->count - done, io->offset + done);
+                    op == RB_IO_READ ? "pread" : "pwrite",
+                    count - done, offset + done);
       return -1;
     }
     if (r == 0) {
-      if (io->op == RB_IO_READ) {   /* past EOF reads as zeroes */
-        memset (p + done, 0, io->count - done);
+      if (op == RB_IO_READ) {   /* past EOF reads as zeroes */
+        memset (p + done, 0, count - done);
         return 0;
       }
       rb_set_error (ENOSPC, "%s: pwrite wrote nothing at %" PRIu64,
-                    f->path, io->offset + done);
+                    f->path, offset + done);
       return -1;
     }
     done += r;
   }
   return 0;
+}
+
+/* With O_DIRECT; p, count and offset are multiples of dalign.  Returns
+ * the bytes done (less than count if the rest must go buffered: a
+ * short transfer, end of file, or direct I/O refused), or -1 with the
+ * error set.
+ */
+static int64_t
+rw_direct (struct file_store *f, enum rb_io_op op, uint8_t *p,
+           uint64_t count, uint64_t offset)
+{
+  uint64_t done = 0;
+
+  while (done < count) {
+    ssize_t r;
+
+    if (op == RB_IO_READ)
+      r = pread (f->dfd, p + done, count - done, offset + done);
+    else
+      r = pwrite (f->dfd, p + done, count - done, offset + done);
+    if (r == -1) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EINVAL) {
+        /* The file system takes O_DIRECT at open but not this I/O. */
+        if (__atomic_exchange_n (&f->direct, false, __ATOMIC_RELAXED))
+          rb_log ("%s: direct I/O refused (%m): using the page cache",
+                  f->path);
+        return done;
+      }
+      rb_set_error (errno, "%s: %s %" PRIu64 " bytes at %" PRIu64
+                    " (O_DIRECT)", f->path,
+                    op == RB_IO_READ ? "pread" : "pwrite",
+                    count - done, offset + done);
+      return -1;
+    }
+    done += r;
+    if (r == 0 || (r & (f->dalign - 1)))
+      break;
+  }
+  return done;
+}
+
+static int
+rw_all (struct file_store *f, struct rb_io *io)
+{
+  uint8_t *p = io->buf;
+  uint64_t a = f->dalign, head, mid, done = 0;
+
+  /* Direct for the aligned middle, if buffer and offset align alike. */
+  if (__atomic_load_n (&f->direct, __ATOMIC_RELAXED) &&
+      ((uintptr_t) p & (a - 1)) == (io->offset & (a - 1))) {
+    head = (a - (io->offset & (a - 1))) & (a - 1);
+    mid = head < io->count ? (io->count - head) & ~(a - 1) : 0;
+    if (mid > 0) {
+      int64_t r;
+
+      if (head > 0 && rw_buffered (f, io->op, p, head, io->offset) == -1)
+        return -1;
+      r = rw_direct (f, io->op, p + head, mid, io->offset + head);
+      if (r == -1)
+        return -1;
+      done = head + r;
+    }
+  }
+  if (done == io->count)
+    return 0;
+  return rw_buffered (f, io->op, p + done, io->count - done,
+                      io->offset + done);
 }
 
 static int
@@ -198,6 +302,7 @@ static size_t
 file_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
   struct file_store *f = s->handle;
+  bool direct = __atomic_load_n (&f->direct, __ATOMIC_RELAXED);
   int r;
 
   if (json) {
@@ -208,10 +313,12 @@ file_status (struct rb_store *s, bool json, char *buf, size_t len)
     for (i = 0; safe[i]; i++)
       if (safe[i] == '"' || safe[i] == '\\' || (unsigned char) safe[i] < 32)
         safe[i] = '?';
-    r = snprintf (buf, len, ",\"store_path\":\"%s\"", safe);
+    r = snprintf (buf, len, ",\"store_path\":\"%s\",\"store_direct_io\":%s",
+                  safe, direct ? "true" : "false");
   }
   else
-    r = snprintf (buf, len, "store_path: %s\n", f->path);
+    r = snprintf (buf, len, "store_path: %s\nstore_direct_io: %s\n",
+                  f->path, direct ? "true" : "false");
   return r < 0 ? 0 : (size_t) r < len ? (size_t) r : len;
 }
 
@@ -221,6 +328,8 @@ file_close (struct rb_store *s)
   struct file_store *f = s->handle;
 
   if (f) {
+    if (f->dfd >= 0)
+      close (f->dfd);
     if (f->fd >= 0)
       close (f->fd);
     free (f->path);
@@ -390,6 +499,102 @@ get_size (struct rb_store *s, struct file_store *f,
   return 0;
 }
 
+/* The alignment direct I/O needs here, or 0 and *why: the file system
+ * has none (direct I/O not supported), or does not say (*unknown).
+ */
+static uint64_t
+direct_alignment (struct file_store *f, bool *unknown, const char **why)
+{
+#ifdef STATX_DIOALIGN
+  struct statx sx;
+
+  if (statx (f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+      (sx.stx_mask & STATX_DIOALIGN)) {
+    if (sx.stx_dio_offset_align == 0) {
+      *why = "the file system does not support it for this file";
+      return 0;
+    }
+    return RB_MAX (sx.stx_dio_offset_align, sx.stx_dio_mem_align);
+  }
+#endif
+#ifdef BLKSSZGET
+  if (f->is_block) {
+    int ssz;
+    if (ioctl (f->fd, BLKSSZGET, &ssz) == 0 && ssz > 0)
+      return ssz;
+  }
+#endif
+  *unknown = true;
+  *why = "the file system does not report its direct I/O alignment";
+  return 0;
+}
+
+/* Open the O_DIRECT descriptor if direct-io= and the file allow it. */
+static int
+open_direct (struct file_store *f, const struct rb_store_params *p)
+{
+  uint64_t page = sysconf (_SC_PAGESIZE), a;
+  const char *why = NULL;
+  bool unknown = false;
+  char proc[64];
+  struct statfs sfs;
+  struct stat st1, st2;
+
+  if (p->direct_io == RB_DIRECT_OFF)
+    return 0;
+  a = direct_alignment (f, &unknown, &why);
+  if (a == 0 && unknown && p->direct_io == RB_DIRECT_ON)
+    a = page;       /* page alignment suits whatever takes O_DIRECT */
+  if (a == 0 && p->direct_io == RB_DIRECT_AUTO)
+    goto buffered;
+  if (a == 0) {
+    rb_set_error (EINVAL, "back=%s: direct-io=true, but %s (use "
+                  "direct-io=auto or false)", p->uri, why);
+    return -1;
+  }
+  if (!f->is_block && p->direct_io == RB_DIRECT_AUTO &&
+      fstatfs (f->fd, &sfs) == 0 && sfs.f_type == BTRFS_SUPER_MAGIC) {
+    why = "btrfs (give direct-io=true to use it anyway)";
+    goto buffered;
+  }
+  f->dalign = RB_MAX (a, page);
+  if (f->dalign & (f->dalign - 1)) {
+    why = "its alignment is not a power of two";
+    if (p->direct_io == RB_DIRECT_AUTO)
+      goto buffered;
+    rb_set_error (EINVAL, "back=%s: direct-io=true, but %s", p->uri, why);
+    return -1;
+  }
+  snprintf (proc, sizeof proc, "/proc/self/fd/%d", f->fd);
+  f->dfd = open (proc, (p->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+                 O_DIRECT);
+  if (f->dfd >= 0 &&
+      (fstat (f->fd, &st1) == -1 || fstat (f->dfd, &st2) == -1 ||
+       st1.st_dev != st2.st_dev || st1.st_ino != st2.st_ino ||
+       st1.st_rdev != st2.st_rdev)) {
+    close (f->dfd);
+    f->dfd = -1;
+    errno = EXDEV;
+  }
+  if (f->dfd == -1) {
+    if (p->direct_io == RB_DIRECT_ON) {
+      rb_set_error (errno, "back=%s: direct-io=true, but opening it with "
+                    "O_DIRECT failed (use direct-io=auto or false)", p->uri);
+      return -1;
+    }
+    why = rb_strerror (errno);
+    goto buffered;
+  }
+  f->direct = true;
+  rb_log ("back=%s: direct I/O, %" PRIu64 "-byte alignment", p->uri,
+          f->dalign);
+  return 0;
+
+ buffered:
+  rb_log ("back=%s: no direct I/O: %s", p->uri, why);
+  return 0;
+}
+
 struct rb_store *
 rb_store_file_open (const struct rb_store_params *p)
 {
@@ -407,6 +612,8 @@ rb_store_file_open (const struct rb_store_params *p)
   s->read_only = p->read_only;
   s->connections = 1;
   f->fd = -1;
+  f->dfd = -1;
+  f->dalign = 1;
   f->can_punch = true;
   f->path = strdup (p->uri);
   if (f->path == NULL) {
@@ -415,7 +622,7 @@ rb_store_file_open (const struct rb_store_params *p)
     return NULL;
   }
   if (open_fd (f, p) == -1 || claim (s, f, p) == -1 ||
-      get_size (s, f, p) == -1) {
+      get_size (s, f, p) == -1 || open_direct (f, p) == -1) {
     int e = errno;
     file_close (s);
     errno = e;

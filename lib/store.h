@@ -129,6 +129,12 @@ struct rb_store_params {
   const char *uri;            /* path or nbd[s][+unix]:// URI */
   uint64_t create_size;       /* create a missing file of this size; 0: don't */
   bool read_only;
+  /* File and block device only (store-file.c): O_DIRECT I/O. */
+  enum rb_direct_io {
+    RB_DIRECT_AUTO = 0,       /* where the file system says it can */
+    RB_DIRECT_OFF,            /* always through the page cache */
+    RB_DIRECT_ON,             /* required: fail to open if refused */
+  } direct_io;
   /* NBD only (store-nbd.c): TLS passthrough and parallelism. */
   const char *tls_certificates;
   const char *tls_psk_file;

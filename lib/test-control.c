@@ -117,8 +117,9 @@ test_json (void)
   static const char *fields[] = {
     "mode", "fsync", "trace", "populated", "progress", "size", "chunk_size",
     "chunks", "loaded_chunks", "loaded_bytes", "stored_bytes",
-    "dirty_chunks", "dirty_bytes", "inflight_chunks", "inflight_bytes",
-    "unsynced_bytes", "dirty_max", "dirty_max_config", "ups_window",
+    "written_bytes", "dirty_chunks", "dirty_bytes", "inflight_chunks",
+    "inflight_bytes", "unsynced_bytes", "dirty_max", "dirty_max_config",
+    "ups_window",
     "flush_bandwidth", "populate_bandwidth", "drain_seconds", "flush_rate",
     "populate_rate", "store", "store_state", "store_connections",
     "store_errors", "sync_errors", "syncs", "throttled", "last_errno",

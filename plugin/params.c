@@ -194,6 +194,18 @@ ramback_config_key (const char *key, const char *value)
     }
     resume_given = true;
   }
+  else if (strcmp (key, "direct-io") == 0) {
+    if (strcmp (value, "auto") == 0)
+      c->store.direct_io = RB_DIRECT_AUTO;
+    else {
+      int r = nbdkit_parse_bool (value);
+      if (r == -1) {
+        nbdkit_error ("direct-io=%s: expected auto, true or false", value);
+        return -1;
+      }
+      c->store.direct_io = r ? RB_DIRECT_ON : RB_DIRECT_OFF;
+    }
+  }
   else if (strcmp (key, "overcommit") == 0)
     return parse_bool (key, value, &c->allow_overcommit);
   else if (strcmp (key, "trace") == 0) {

@@ -32,6 +32,7 @@ extern void ramback_config_free (void);
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
   "populate=true|false     Populate in the background (default true).\n" \
+  "direct-io=auto|true|false  O_DIRECT write back to a file or device.\n" \
   "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \

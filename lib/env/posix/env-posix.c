@@ -158,13 +158,38 @@ rb_thread_join (rb_thread t)
   pthread_join (t, NULL);
 }
 
+/* I/O priority (linux/ioprio.h; not every libc has the header). */
+#ifndef IOPRIO_WHO_PROCESS
+#define IOPRIO_WHO_PROCESS 1
+#endif
+#ifndef IOPRIO_CLASS_BE
+#define IOPRIO_CLASS_BE 2
+#endif
+#define RB_IOPRIO(class, level) (((class) << 13) | (level))
+
 void
 rb_thread_background (void)
 {
-  /* On Linux nice values are per thread. */
-  if (setpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid), 5) == -1) {
-    /* Not fatal: it only changes who gets the CPU first. */
+  pid_t tid = (pid_t) syscall (SYS_gettid);
+
+  /* Neither is fatal: they only change who goes first.  On Linux nice
+   * values are per thread.
+   */
+  if (setpriority (PRIO_PROCESS, (id_t) tid, 5) == -1) {
+    /* ignored */
   }
+#ifdef SYS_ioprio_set
+  /* The lowest best-effort I/O priority, not the idle class: write back
+   * must still make progress on a disk that is never idle (the dirty
+   * limit and the UPS window depend on it).  It applies to I/O this
+   * thread submits itself (direct I/O, reads); buffered writes are
+   * written out later by the kernel's own threads.
+   */
+  if (syscall (SYS_ioprio_set, IOPRIO_WHO_PROCESS, (int) tid,
+               RB_IOPRIO (IOPRIO_CLASS_BE, 7)) == -1) {
+    /* ignored */
+  }
+#endif
 }
 
 uint64_t
