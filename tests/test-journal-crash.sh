@@ -69,6 +69,17 @@ for (( round=0; round<rounds; round++ )); do
             $p $nparts &
         clients+=($!)
     done
+    # Every client connected before any can reach the cut (a client
+    # still connecting when ramback is killed would fail, not the test).
+    for (( p=0; p<nparts; p++ )); do
+        for (( i=0; i<600; i++ )); do
+            [ -e "$TMP/acks$p.connected" ] && break
+            kill -0 "${clients[p]}" 2>/dev/null ||
+                fail "client $p exited before it connected"
+            sleep 0.05
+        done
+        [ -e "$TMP/acks$p.connected" ] || fail "client $p did not connect"
+    done
     for (( i=0; i<600; i++ )); do
         [ "$(cat "${acks[@]}" | wc -l)" -ge "$cut" ] && break
         sleep 0.05
