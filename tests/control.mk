@@ -7,3 +7,8 @@ control_tests = \
 	$(NULL)
 TESTS += $(control_tests)
 EXTRA_DIST += $(control_tests)
+
+# Every status json field documented in docs/ramback-control.pod, and
+# the other way round.
+TESTS += test-status-fields.sh
+EXTRA_DIST += test-status-fields.sh
