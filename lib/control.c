@@ -285,17 +285,35 @@ static char *
 do_status (struct rb *rb, bool json)
 {
   struct rb_stats st;
-  char buf[4096], extra[2048] = "";
-  size_t n = 0;
+  char buf[4096];
+  CLEANUP_FREE char *extra = NULL;
+  size_t n = 0, size = 2048;
   int len;
 
   rb_get_stats (rb, &st);
   len = rb_stats_format (&st, json, buf, sizeof buf - 2);
   if (len < 0 || (size_t) len >= sizeof buf - 2)
     return reply_err (ENOMEM, "status does not fit");
-  if (rb->store->ops->status)
-    n = rb->store->ops->status (rb->store, true, extra, sizeof extra);
-  extra[n < sizeof extra ? n : sizeof extra - 1] = '\0';
+  /* The store's fields: a back= path or URI can be long, and longer
+   * escaped.  Cut JSON is no JSON, so grow the buffer until they fit.
+   */
+  for (;;) {
+    char *p = realloc (extra, size);
+
+    if (p == NULL)
+      return NULL;
+    extra = p;
+    extra[0] = '\0';
+    n = 0;
+    if (rb->store->ops->status)
+      n = rb->store->ops->status (rb->store, true, extra, size);
+    if (n + 1 < size)
+      break;
+    if (size >= 1024 * 1024)
+      return reply_err (ENOMEM, "status does not fit");
+    size *= 2;
+  }
+  extra[n] = '\0';
   if (json) {
     char *r;
     buf[len - 1] = '\0';                      /* drop the closing brace */

@@ -16,6 +16,7 @@
 
 #include "cleanup.h"
 #include "internal.h"
+#include "json.h"
 
 void
 rb_get_stats (struct rb *rb, struct rb_stats *st)
@@ -133,21 +134,13 @@ put (struct out *o, const char *fmt, ...)
     o->pos += n;
 }
 
-/* JSON strings: escape what must be escaped. */
+/* JSON strings: escaped by the escaper the stores use too. */
 static void
 put_json_string (struct out *o, const char *s)
 {
-  put (o, "\"");
-  for (; *s; s++) {
-    unsigned char c = *s;
-    if (c == '"' || c == '\\')
-      put (o, "\\%c", c);
-    else if (c < 0x20)
-      put (o, "\\u%04x", c);
-    else
-      put (o, "%c", c);
-  }
-  put (o, "\"");
+  size_t avail = o->pos < o->len ? o->len - o->pos : 0;
+
+  o->pos += rb_json_string (avail ? o->buf + o->pos : NULL, avail, s);
 }
 
 /* Text strings: the text form is one line per field, so a string must

@@ -57,6 +57,7 @@
 #include "env.h"
 #include "error.h"
 #include "exclusive.h"
+#include "json.h"
 #include "store.h"
 
 #ifndef BTRFS_SUPER_MAGIC
@@ -306,15 +307,20 @@ file_status (struct rb_store *s, bool json, char *buf, size_t len)
   int r;
 
   if (json) {
-    /* Paths with quotes or backslashes are shown with them replaced. */
-    char safe[256];
-    size_t i;
-    snprintf (safe, sizeof safe, "%s", f->path);
-    for (i = 0; safe[i]; i++)
-      if (safe[i] == '"' || safe[i] == '\\' || (unsigned char) safe[i] < 32)
-        safe[i] = '?';
-    r = snprintf (buf, len, ",\"store_path\":\"%s\",\"store_direct_io\":%s",
-                  safe, direct ? "true" : "false");
+    size_t n;
+
+    r = snprintf (buf, len, ",\"store_path\":");
+    if (r < 0)
+      return 0;
+    n = (size_t) r;
+    n += rb_json_string (n < len ? buf + n : NULL, n < len ? len - n : 0,
+                         f->path);
+    r = snprintf (n < len ? buf + n : NULL, n < len ? len - n : 0,
+                  ",\"store_direct_io\":%s", direct ? "true" : "false");
+    if (r < 0)
+      return 0;
+    n += (size_t) r;
+    return n < len ? n : len;
   }
   else
     r = snprintf (buf, len, "store_path: %s\nstore_direct_io: %s\n",

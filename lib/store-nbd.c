@@ -111,6 +111,7 @@
 #include "error.h"
 #include "env.h"
 #include "cleanup.h"
+#include "json.h"
 
 #define MAX_CONNECTIONS 64          /* as plugin/params.c allows */
 #define AUTO_CONNECTIONS 4          /* when the server offers multi-conn */
@@ -1624,38 +1625,6 @@ nbd_store_next_data (struct rb_store *s, uint64_t offset,
   return 0;
 }
 
-/* JSON string: the URI may hold anything a user typed. */
-static size_t
-json_string (char *buf, size_t len, const char *str)
-{
-  size_t n = 0;
-  const unsigned char *p;
-
-#define PUT(ch) do { if (n + 1 < len) buf[n] = (ch); n++; } while (0)
-  PUT ('"');
-  for (p = (const unsigned char *) str; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      PUT ('\\');
-      PUT (*p);
-    }
-    else if (*p < 0x20) {
-      char esc[8];
-      int i;
-
-      snprintf (esc, sizeof esc, "\\u%04x", *p);
-      for (i = 0; esc[i]; i++)
-        PUT (esc[i]);
-    }
-    else
-      PUT (*p);
-  }
-  PUT ('"');
-#undef PUT
-  if (len > 0)
-    buf[n < len ? n : len - 1] = '\0';
-  return n;
-}
-
 static size_t
 nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
@@ -1693,7 +1662,7 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
   if (json) {
     r = snprintf (buf + n, len - n, ",\"store_uri\":");
     ADVANCE (r);
-    r = json_string (buf + n, len - n, st->uri);
+    r = rb_json_string (buf + n, len - n, st->uri);
     ADVANCE (r);
     r = snprintf (buf + n, len - n,
                   ",\"store_connections_up\":%d"
