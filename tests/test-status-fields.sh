@@ -10,7 +10,7 @@
 #
 # Also: store_path is a JSON string escaped as JSON (not mangled), so a
 # backing file named with a quote, a backslash and a control character
-# is shown as it is.
+# is shown as it is, and so is a path that is long once escaped.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/remote-functions.sh"
@@ -44,6 +44,22 @@ if [ "$path" != "$back_file" ]; then
     path_ok=false
 fi
 stop_rb f
+
+# A long path, longer than 2 KiB once escaped: still whole, still JSON.
+long_dir=$TMP
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    long_dir="$long_dir/$(printf '"%.0s' {1..100})$(printf 'd%.0s' {1..100})"
+done
+mkdir -p "$long_dir"
+long_file="$long_dir/back.img"
+start_rb lp back="$long_file" size=$size
+path=$(ctl "$lp_ctl" status json | /usr/bin/python3 -c '
+import json, sys
+print (json.load (sys.stdin)["store_path"], end="")') ||
+    fail "status json with a ${#long_file}-byte store_path is not JSON"
+[ "$path" = "$long_file" ] ||
+    fail "store_path in status json is not the ${#long_file}-byte path"
+stop_rb lp
 
 # back= a file, journal= a file.
 truncate -s 2M "$TMP/j.img"
