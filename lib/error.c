@@ -24,14 +24,25 @@ void
 rb_set_error (int errnum, const char *fmt, ...)
 {
   va_list args;
+  char msg[sizeof last_error];
   int n;
 
+  /* Formatted apart: a message that wraps the previous one passes
+   * rb_get_error() (last_error itself) as an argument.
+   */
   va_start (args, fmt);
-  n = vsnprintf (last_error, sizeof last_error, fmt, args);
+  n = vsnprintf (msg, sizeof msg, fmt, args);
   va_end (args);
-  if (errnum != 0 && n >= 0 && (size_t) n < sizeof last_error)
-    snprintf (last_error + n, sizeof last_error - n, ": %s",
-              rb_strerror (errnum));
+  if (errnum != 0 && n >= 0 && (size_t) n < sizeof msg) {
+    /* The errno text once: a wrapped message ends with it already. */
+    const char *e = rb_strerror (errnum);
+    size_t el = strlen (e);
+
+    if (!((size_t) n >= el + 2 && strcmp (msg + n - el, e) == 0 &&
+          memcmp (msg + n - el - 2, ": ", 2) == 0))
+      snprintf (msg + n, sizeof msg - n, ": %s", e);
+  }
+  snprintf (last_error, sizeof last_error, "%s", msg);
   last_errno = errnum;
   errno = errnum;
 }

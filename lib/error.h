@@ -13,7 +13,9 @@
 #include "env.h"
 
 /* Record "<formatted message>: <strerror (errnum)>" (just the message if
- * errnum == 0) for this thread and set errno = errnum.
+ * errnum == 0, or if it ends with ": <strerror (errnum)>" already, as a
+ * message that wraps rb_get_error() does) for this thread and set
+ * errno = errnum.  rb_get_error() may be one of the arguments.
  */
 /* Put back an error saved from rb_get_error()/rb_get_errno() (after a
  * cleanup that may have set another).

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "ramback.h"
 #include "test-store.h"
 
@@ -543,6 +544,20 @@ test_zero_ops (void)
 
 /* --- bad configuration --------------------------------------------- */
 
+/* A message that wraps the previous one (rb_set_error (errno, "...: %s",
+ * rb_get_error ())) keeps it whole, with the errno text once.
+ */
+static void
+test_error_wraps (void)
+{
+  rb_set_error (EIO, "flush of backing failed");
+  rb_set_error (EIO, "journal j: sync after replay failed: %s",
+                rb_get_error ());
+  g_assert_cmpstr (rb_get_error (), ==, "journal j: sync after replay "
+                   "failed: flush of backing failed: Input/output error");
+  g_assert_cmpint (errno, ==, EIO);
+}
+
 static void
 test_bad_config (void)
 {
@@ -575,5 +590,6 @@ main (int argc, char *argv[])
                    test_writethrough_sync_fails);
   g_test_add_func ("/core/zero-ops", test_zero_ops);
   g_test_add_func ("/core/bad-config", test_bad_config);
+  g_test_add_func ("/core/error-wraps", test_error_wraps);
   return g_test_run ();
 }

@@ -3,6 +3,7 @@
 journal_tests = \
 	test-journal-crash.sh \
 	test-journal-recover.sh \
+	test-journal-replay-cut.sh \
 	test-journal-limits.sh \
 	test-journal-cow.sh \
 	test-journal-resume.sh \

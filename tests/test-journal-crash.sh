@@ -16,6 +16,13 @@
 # be idempotent).  The backing image alone must then pass the checker.
 #
 # JOURNAL_CRASH_ROUNDS=N rounds (default 6), SEED=N the first seed.
+# JOURNAL_CRASH_REPLAY_CUT=1 (test-journal-replay-cut.sh): before that
+# recovery, a first one is cut in the middle of its replay: a stall
+# holds the backing store's Nth write (or the FLUSH that ends the
+# replay) of "ramback recover" (even rounds) or of ramback's own replay
+# at open (odd rounds); then the backing disk loses power (the replay's
+# unflushed writes kept, torn or lost) and the recovering process is
+# killed.  The second recovery must still give the point in time.
 # JOURNAL_CRASH_PLAIN=1 runs the same cuts without journal= (and without
 # recovery): the checker must catch the mixed image that leaves.
 
@@ -28,6 +35,7 @@ jsize=$(( 2 * 1024 * 1024 ))
 rounds=${JOURNAL_CRASH_ROUNDS:-6}
 seed0=${SEED:-1}
 plain=${JOURNAL_CRASH_PLAIN:-}
+replaycut=${JOURNAL_CRASH_REPLAY_CUT:-}
 crash="$top_srcdir/tests/journal-crash.py"
 
 for (( round=0; round<rounds; round++ )); do
@@ -95,6 +103,53 @@ for (( round=0; round<rounds; round++ )); do
     kill_remote jr
     echo "acknowledged: $(cat "${acks[@]}" | grep -c '^w') writes" \
          "on $nparts connection(s)"
+
+    if [ -n "$replaycut" ]; then
+        start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur"
+        start_faultdisk jr "$TMP/jr.img" durable="$TMP/jr.dur"
+        # Hold the replay at its Nth in-place write, or (one round in
+        # three) at the FLUSH that ends it: a FLUSH on each connection
+        # of the NBD store, so all of them are held (one unheld FLUSH
+        # would make every write durable).
+        stall="write nth=$(( 1 + RANDOM % 24 ))" nstall=1
+        (( RANDOM % 3 )) || stall="flush" nstall=8
+        for (( i=0; i<nstall; i++ )); do
+            fd_cmd bk stall $stall >/dev/null
+        done
+        if (( round % 2 )); then
+            rb_cmdline back="$bk_uri" journal="$jr_uri" \
+                control="$TMP/cut.ctl"
+            "${nbdkit_env[@]}" "$NBDKIT" -f -v -U "$TMP/cut.sock" \
+                "${RB_CMD[@]}" >"$TMP/cut.log" 2>&1 &
+            what="ramback's replay at open"
+        else
+            ramback recover "$bk_uri" "$jr_uri" >"$TMP/cut.log" 2>&1 &
+            what="ramback recover"
+        fi
+        cutpid=$!
+        cleanup_fn _kill_if_running "$cutpid"
+        # Until the stall holds the replay, or the replay has ended
+        # without reaching it (a journal with fewer writes): the
+        # recovering process has exited, or ramback says it replayed.
+        held=
+        for (( i=0; i<600; i++ )); do
+            [ "$(fd_field bk held)" -ge 1 ] && { held=held; break; }
+            kill -0 "$cutpid" 2>/dev/null || break
+            grep -qE 'journal: (replayed|recovered|empty)' "$TMP/cut.log" &&
+                break
+            sleep 0.05
+        done
+        echo "cut $what at its $stall (${held:-not reached}):" \
+             "$(fd_field bk writes) writes reached the backing store," \
+             $(fd_cmd bk powercut seed="$(( seed + 2000 ))")
+        kill -9 "$cutpid" 2>/dev/null || true
+        wait "$cutpid" 2>/dev/null || true
+        grep -E 'journal: (replayed|recovered|empty)|error' "$TMP/cut.log" ||
+            true
+        rm -f "$TMP/cut.sock" "$TMP/cut.ctl"
+        kill_remote bk
+        kill_remote jr
+    fi
 
     if [ -z "$plain" ]; then
         start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur"
