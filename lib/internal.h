@@ -88,6 +88,12 @@ struct rb {
   struct rb_txns *txns;         /* journal=: write back in transactions
                                    (txn.c); NULL without a journal */
   const struct rb_journal_ops *jops;  /* its hooks, NULL without one */
+  /* Wakes an idle flusher without sleeping, for rb_try_pwrite (io.c):
+   * the kernel target's map() cannot take rb->lock, so it queues a work
+   * item that calls rb_flusher_kick.  NULL: rb_flusher_kick.  Set
+   * before any I/O.
+   */
+  void (*kick_nowait) (struct rb *rb);
 
   uint64_t size;
   uint32_t chunk_size;
@@ -153,6 +159,7 @@ struct rb {
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
   uint64_t demand_loaded_bytes; /* of loaded_bytes, by rb_load_chunks */
   uint64_t written_bytes;       /* client WRITE bytes that succeeded */
+  uint64_t written_through;     /* client writes written through */
   uint64_t store_errors, sync_errors, syncs, throttled;
   struct rb_bw flush_bw, populate_bw;
   int last_errno;               /* [lock] */
@@ -259,6 +266,34 @@ extern void rb_resume_map (struct rb *rb);
 extern void rb_throttle (struct rb *rb);
 /* Would rb_throttle wait now?  Lock-free (the kernel target's map()). */
 extern bool rb_over_dirty_limit (struct rb *rb);
+
+/* A request's data when it is not one flat buffer (the kernel target:
+ * a bio's pages).  copy() moves all 'count' bytes of the request, from
+ * its start, to (to_ram) or from RAM at 'ram', the request's place in
+ * the RAM image.  Called once per request, from whatever context called
+ * io.c (so from rb_try_* it must not sleep).
+ */
+struct rb_data {
+  void (*copy) (struct rb_data *d, void *ram, uint64_t count, bool to_ram);
+};
+/* rb_pread and rb_pwrite with the data behind d.  They may wait (loads,
+ * range locks, the dirty limit, writethrough).
+ */
+extern int rb_pread_data (struct rb *rb, struct rb_data *d, uint32_t count,
+                          uint64_t offset);
+extern int rb_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
+                           uint64_t offset, unsigned flags);
+/* The same requests for a caller that must not sleep: done on the fast
+ * path if it needs no wait (every chunk loaded; for a write also the
+ * writeback mode, no journal, under the dirty limit, no FUA to wait
+ * for), true; else nothing is done, false, and the caller makes the
+ * call above from a context that may sleep.  Lock-free; an idle
+ * flusher is woken through rb->kick_nowait.
+ */
+extern bool rb_try_pread (struct rb *rb, struct rb_data *d, uint32_t count,
+                          uint64_t offset);
+extern bool rb_try_pwrite (struct rb *rb, struct rb_data *d, uint32_t count,
+                           uint64_t offset, unsigned flags);
 
 /* txn.c (journal=; see the top of txn.c).  Userspace only: the shared
  * flusher and write path (flush.c, io.c, also built into the kernel

@@ -33,7 +33,23 @@
  *    chunks proceed in parallel.  A chunk dirty from before stays dirty
  *    and drains in the background.  If the store fails, the range is
  *    left dirty in RAM (RAM is the truth) and the write fails with the
- *    store's errno.
+ *    store's errno.  The store gets the bytes from RAM, not from the
+ *    caller's buffer: a caller that changes its buffer while the write
+ *    is in flight (a racy application under the kernel target) cannot
+ *    make the store and RAM differ.  A store that can (can_fua: the
+ *    kernel target's bios) writes them with FUA, durable on completion,
+ *    so the write needs no sync and is not noted for one.
+ *
+ * Both forms run these paths, each in its own environment (env.h).  A
+ * request's data is one flat buffer (the plugin: rb_pread, rb_pwrite)
+ * or whatever a struct rb_data copies from and to (the kernel target:
+ * a bio's pages).  The fast path never waits, so it also exists on its
+ * own (rb_try_pread, rb_try_pwrite) for a caller that must not sleep,
+ * the kernel target's map(): it does the request if it needs no wait,
+ * or does nothing and says so, and the caller makes the waiting call
+ * from a context where sleeping is fine (its workqueue).  Both end in
+ * the same functions below; the only difference is how an idle flusher
+ * is woken (rb->kick_nowait, a work item in the kernel).
  */
 
 #include "env.h"
@@ -45,23 +61,28 @@ enum op { OP_WRITE, OP_ZERO };
 
 struct req {
   enum op op;
-  const void *buf;              /* OP_WRITE */
+  const void *buf;              /* OP_WRITE: a flat buffer, or */
+  struct rb_data *data;         /* OP_WRITE: the caller's copy (buf NULL) */
   uint64_t offset, count;
   uint64_t c0, c1;              /* first and last chunk touched */
   unsigned flags;
+  bool nowait;                  /* rb_try_pwrite: must not sleep */
 };
 
 static void
 req_init (struct rb *rb, struct req *r, enum op op, const void *buf,
-          uint32_t count, uint64_t offset, unsigned flags)
+          struct rb_data *data, uint32_t count, uint64_t offset,
+          unsigned flags)
 {
   r->op = op;
   r->buf = buf;
+  r->data = data;
   r->offset = offset;
   r->count = count;
   r->c0 = chunk_of (rb, offset);
   r->c1 = chunk_of (rb, offset + count - 1);
   r->flags = flags;
+  r->nowait = false;
 }
 
 static bool
@@ -114,10 +135,33 @@ full_chunks (struct rb *rb, const struct req *r, uint64_t *f, uint64_t *l)
 static void
 apply (struct rb *rb, const struct req *r)
 {
-  if (r->op == OP_WRITE)
-    ramimage_copy_in (&rb->ram, r->offset, r->buf, r->count);
-  else
+  if (r->op == OP_ZERO)
     ramimage_zero (&rb->ram, r->offset, r->count);
+  else if (r->data)
+    r->data->copy (r->data, rb->ram.base + r->offset, r->count, true);
+  else
+    ramimage_copy_in (&rb->ram, r->offset, r->buf, r->count);
+}
+
+/* Copy RAM out to a read's buffer or data. */
+static void
+copy_out (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
+          uint64_t offset)
+{
+  if (data)
+    data->copy (data, rb->ram.base + offset, count, false);
+  else
+    ramimage_copy_out (&rb->ram, offset, buf, count);
+}
+
+/* Wake an idle flusher, without waiting if the caller must not. */
+static void
+kick (struct rb *rb, const struct req *r)
+{
+  if (r->nowait && rb->kick_nowait)
+    rb->kick_nowait (rb);
+  else
+    rb_flusher_kick (rb);
 }
 
 /* Mark the touched chunks dirty.  A partial zero leaves a ZERO chunk
@@ -157,7 +201,7 @@ static void
 mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
 {
   if (move_dirty (rb, r, CS_BIT (CS_EMPTY)) + premoved)
-    rb_flusher_kick (rb);
+    kick (rb, r);
 }
 
 /* Before a zero changes RAM: the loaded chunks it covers fully become
@@ -231,18 +275,12 @@ rb_throttle (struct rb *rb)
 }
 
 static int
-store_req (struct rb *rb, const struct req *r)
-{
-  if (r->op == OP_WRITE)
-    return rb_store_pwrite (rb->store, r->buf, r->count, r->offset);
-  return rb_store_zero (rb->store, r->count, r->offset);
-}
-
-static int
 writethrough (struct rb *rb, const struct req *r)
 {
   struct rl_node node;
-  uint64_t start, end, f, l, gen;
+  struct rb_io io;
+  uint64_t start, end, f, l, gen = 0;
+  bool fua = r->op == OP_WRITE && rb->store->can_fua;
   int ret = 0;
 
   range_of (rb, r->c0, r->c1, &start, &end);
@@ -264,8 +302,15 @@ writethrough (struct rb *rb, const struct req *r)
   if (r->op == OP_WRITE)
     chunkmap_move (&rb->map, r->c0, r->c1 - r->c0 + 1, CS_BIT (CS_ZERO),
                    CS_DIRTY, NULL);
-  gen = rb_write_begin (rb);
-  if (store_req (rb, r) == 0) {
+  /* From RAM (see the top of the file); durable at once with FUA. */
+  io = (struct rb_io) {
+    .op = r->op == OP_WRITE ? RB_IO_WRITE : RB_IO_ZERO,
+    .buf = r->op == OP_WRITE ? rb->ram.base + r->offset : NULL,
+    .count = r->count, .offset = r->offset, .fua = fua,
+  };
+  if (!fua)
+    gen = rb_write_begin (rb);
+  if (rb->store->ops->submit (rb->store, &io, 1) == 0) {
     /* Fully covered chunks that were never loaded now match the store.
      * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have
      * changed bytes we did not just store.)
@@ -274,15 +319,19 @@ writethrough (struct rb *rb, const struct req *r)
       chunkmap_move (&rb->map, f, l - f + 1, CS_BIT (CS_EMPTY), CS_CLEAN,
                      NULL);
     rb_atomic_add (&rb->stored_bytes, r->count);
-    rb_write_done (rb, gen, r->offset, r->count);
+    if (r->op == OP_WRITE)
+      rb_atomic_add (&rb->written_through, 1);
+    if (!fua)
+      rb_write_done (rb, gen, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
     /* FUA: durable only if no sync failed since this write began. */
-    if ((r->flags & RB_FUA) && rb->cfg.fsync_wait &&
+    if (!fua && (r->flags & RB_FUA) && rb->cfg.fsync_wait &&
         rb_sync_store (rb, gen) == -1)
       ret = -1;
   }
   else {
-    int err = errno;
+    /* The kernel has no errno: the request carries the error. */
+    int err = io.err ? io.err : errno;
     char msg[200];
 
     snprintf (msg, sizeof msg, "writethrough of %" PRIu64 " bytes at %"
@@ -319,6 +368,27 @@ slow_path (struct rb *rb, const struct req *r)
   return 0;
 }
 
+static void
+trace_write (struct rb *rb, const struct req *r)
+{
+  if (rb_tracing (rb))
+    rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
+            r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
+}
+
+/* The fast path: every chunk loaded (checked by the caller), writeback
+ * mode, nothing to wait for.  No lock.
+ */
+static void
+fast_write (struct rb *rb, const struct req *r)
+{
+  uint64_t pre;
+
+  pre = premark_dirty (rb, r);
+  apply (rb, r);
+  mark_dirty (rb, r, pre);
+}
+
 /* With journal=: always into RAM, inside the journal's write gate
  * (txn.c); writethrough and FUA wait for the transaction that holds
  * the write.
@@ -326,7 +396,7 @@ slow_path (struct rb *rb, const struct req *r)
 static int
 journal_write (struct rb *rb, const struct req *r)
 {
-  uint64_t reserved, pre;
+  uint64_t reserved;
   int ret = 0;
 
   rb_throttle (rb);
@@ -334,11 +404,8 @@ journal_write (struct rb *rb, const struct req *r)
     return -1;
   if (!loaded (rb, r->c0, r->c1))
     ret = slow_path (rb, r);
-  else {
-    pre = premark_dirty (rb, r);
-    apply (rb, r);
-    mark_dirty (rb, r, pre);
-  }
+  else
+    fast_write (rb, r);
   rb->jops->write_end (rb, reserved);
   if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
     ret = rb->jops->wait_applied (rb);
@@ -350,11 +417,7 @@ journal_write (struct rb *rb, const struct req *r)
 static int
 do_write (struct rb *rb, const struct req *r)
 {
-  uint64_t pre;
-
-  if (rb_tracing (rb))
-    rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
-            r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
+  trace_write (rb, r);
   if (rb->store->read_only) {
     rb_set_error (EROFS, "the backing store is read-only");
     return -1;
@@ -375,10 +438,23 @@ do_write (struct rb *rb, const struct req *r)
   rb_throttle (rb);
   if (!loaded (rb, r->c0, r->c1))
     return slow_path (rb, r);
-  pre = premark_dirty (rb, r);
-  apply (rb, r);
-  mark_dirty (rb, r, pre);
+  fast_write (rb, r);
   return 0;
+}
+
+/* do_write when it would not wait: false (nothing done) if it would. */
+static bool
+try_write (struct rb *rb, struct req *r)
+{
+  if (rb->store->read_only || rb->jops ||
+      rb_atomic_load (&rb->mode) != RB_MODE_WRITEBACK ||
+      ((r->flags & RB_FUA) && rb->cfg.fsync_wait) ||
+      rb_over_dirty_limit (rb) || !loaded (rb, r->c0, r->c1))
+    return false;
+  r->nowait = true;
+  trace_write (rb, r);
+  fast_write (rb, r);
+  return true;
 }
 
 /* Make sure [c0, c1] is loaded (reads and NBD_CMD_CACHE). */
@@ -399,17 +475,67 @@ ensure_loaded (struct rb *rb, uint64_t c0, uint64_t c1)
   return r;
 }
 
-int
-rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
+static void
+trace_read (struct rb *rb, uint32_t count, uint64_t offset)
+{
+  if (rb_tracing (rb))
+    rb_log ("read %" PRIu32 "@%" PRIu64, count, offset);
+}
+
+static int
+do_read (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
+         uint64_t offset)
 {
   if (count == 0)
     return 0;
-  if (rb_tracing (rb))
-    rb_log ("read %" PRIu32 "@%" PRIu64, count, offset);
+  trace_read (rb, count, offset);
   if (ensure_loaded (rb, chunk_of (rb, offset),
                      chunk_of (rb, offset + count - 1)) == -1)
     return -1;
-  ramimage_copy_out (&rb->ram, offset, buf, count);
+  copy_out (rb, buf, data, count, offset);
+  return 0;
+}
+
+int
+rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
+{
+  return do_read (rb, buf, NULL, count, offset);
+}
+
+int
+rb_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
+               uint64_t offset)
+{
+  return do_read (rb, NULL, data, count, offset);
+}
+
+/* Loaded chunks never go back to EMPTY: no range needed to copy. */
+bool
+rb_try_pread (struct rb *rb, struct rb_data *data, uint32_t count,
+              uint64_t offset)
+{
+  if (count == 0)
+    return true;
+  if (!loaded (rb, chunk_of (rb, offset), chunk_of (rb, offset + count - 1)))
+    return false;
+  trace_read (rb, count, offset);
+  copy_out (rb, NULL, data, count, offset);
+  return true;
+}
+
+static int
+write_data (struct rb *rb, const void *buf, struct rb_data *data,
+            uint32_t count, uint64_t offset, unsigned flags)
+{
+  struct req r;
+
+  if (count == 0)
+    return 0;
+  req_init (rb, &r, OP_WRITE, buf, data, count, offset, flags);
+  if (do_write (rb, &r) == -1)
+    return -1;
+  /* stored_bytes / written_bytes is the write amplification. */
+  rb_atomic_add (&rb->written_bytes, count);
   return 0;
 }
 
@@ -417,16 +543,29 @@ int
 rb_pwrite (struct rb *rb, const void *buf, uint32_t count, uint64_t offset,
            unsigned flags)
 {
+  return write_data (rb, buf, NULL, count, offset, flags);
+}
+
+int
+rb_pwrite_data (struct rb *rb, struct rb_data *data, uint32_t count,
+                uint64_t offset, unsigned flags)
+{
+  return write_data (rb, NULL, data, count, offset, flags);
+}
+
+bool
+rb_try_pwrite (struct rb *rb, struct rb_data *data, uint32_t count,
+               uint64_t offset, unsigned flags)
+{
   struct req r;
 
   if (count == 0)
-    return 0;
-  req_init (rb, &r, OP_WRITE, buf, count, offset, flags);
-  if (do_write (rb, &r) == -1)
-    return -1;
-  /* stored_bytes / written_bytes is the write amplification. */
+    return true;
+  req_init (rb, &r, OP_WRITE, NULL, data, count, offset, flags);
+  if (!try_write (rb, &r))
+    return false;
   rb_atomic_add (&rb->written_bytes, count);
-  return 0;
+  return true;
 }
 
 int
@@ -436,7 +575,7 @@ rb_zero (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 
   if (count == 0)
     return 0;
-  req_init (rb, &r, OP_ZERO, NULL, count, offset, flags);
+  req_init (rb, &r, OP_ZERO, NULL, NULL, count, offset, flags);
   return do_write (rb, &r);
 }
 

@@ -26,10 +26,11 @@
  * touches (the core never runs overlapping requests at once), and a
  * buffered head or tail of one request never shares a page with
  * another's direct part: direct and buffered I/O of the same page never
- * race.  A request whose buffer and offset are not equally aligned (a
- * client's buffer in writethrough mode) goes buffered; an aligned one
- * goes direct for its aligned middle and buffered for its head and
- * tail.  If the file system refuses a direct request (EINVAL), the
+ * race.  A request whose buffer and offset are not equally aligned
+ * goes buffered (the journal's records; every buffer of a data request
+ * lies in the RAM image at the request's own offset, writethrough's
+ * too); an aligned one goes direct for its aligned middle and
+ * buffered for its head and tail.  If the file system refuses a direct request (EINVAL), the
  * request is redone buffered and direct I/O is off from then on.
  * fdatasync is unchanged: O_DIRECT moves the data past the page cache,
  * not past the disk's cache nor the file system's metadata, so every

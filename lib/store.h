@@ -34,6 +34,8 @@ struct rb_io {
   void *buf;                  /* READ: destination; WRITE: source (const) */
   uint64_t count;
   uint64_t offset;
+  bool fua;                   /* WRITE: durable when it completes (sent
+                                 only to a store that can_fua) */
   int err;
 };
 
@@ -118,6 +120,8 @@ struct rb_store {
   void *handle;               /* implementation's own state */
   uint64_t size;              /* device size in bytes */
   bool can_zero;              /* ZERO is cheaper than writing zeroes */
+  bool can_fua;               /* honours a WRITE's fua (writethrough
+                                 then needs no sync) */
   bool read_only;
   int connections;            /* parallel connections used (status) */
   enum rb_store_state state;  /* updated by the implementation (atomic) */

@@ -158,6 +158,29 @@ __wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len)
            "the test to let the held zero go on");
 }
 
+/* --- changing a write's buffer after it reached RAM -------------------- */
+
+/* Also linked with --wrap=ramimage_copy_in: a thread that set
+ * scribble_copy changes the source buffer of its write right after the
+ * bytes reached RAM, as a racy application may change the pages of a
+ * write it has handed to the kernel while that write is in flight.
+ */
+extern void __real_ramimage_copy_in (struct ramimage *ri, uint64_t off,
+                                     const void *buf, uint64_t len);
+void __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off,
+                              const void *buf, uint64_t len);
+
+static __thread bool scribble_copy;
+
+void
+__wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
+                         uint64_t len)
+{
+  __real_ramimage_copy_in (ri, off, buf, len);
+  if (scribble_copy)
+    memset ((void *) buf, 0x5a, len);
+}
+
 /* --- fixture --------------------------------------------------------- */
 
 struct fx {
@@ -680,6 +703,212 @@ test_writethrough_reaches_store (void)
   fx_finish (&f, "writethrough");
 }
 
+/* --- writethrough stores what RAM holds -------------------------------- */
+
+/* The caller's buffer changes after its bytes reached RAM and before
+ * the writethrough write reached the store.  RAM is the truth: the
+ * store must get what RAM holds, or the two differ for good (the chunk
+ * stays CLEAN, so nothing would ever write RAM's bytes back).
+ */
+static void
+test_writethrough_from_ram (void)
+{
+  struct fx f;
+  uint64_t x = 30 * CHUNK + 100;
+  g_autofree uint8_t *buf = NULL, *want = NULL;
+
+  fx_open (&f, 97, false, true, true, 0);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  buf = fx_random (&f, 5000);
+  want = g_memdup2 (buf, 5000);
+  scribble_copy = true;
+  if (rb_pwrite (f.rb, buf, 5000, x, 0) == -1)
+    g_error ("rb_pwrite: %s", rb_get_error ());
+  scribble_copy = false;
+  memcpy (f.model + x, want, 5000);
+  fx_check_ram (&f, "writethrough with a buffer changed after the copy");
+  if (!ts_pending_has (f.ts, want, 5000, x))
+    g_error ("writethrough stored the caller's buffer as changed after "
+             "the copy into RAM, not what RAM holds");
+  fx_finish (&f, "writethrough from RAM");
+}
+
+/* --- writethrough to a store that takes FUA writes -------------------- */
+
+/* The kernel target's store writes with FUA.  The flusher is held, so
+ * it can sync nothing: a writethrough write is durable when it returns
+ * all the same, and nothing is left for a sync.  A failed one stays
+ * dirty in RAM and reaches the store later.
+ */
+static void
+test_writethrough_fua_store (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .store.tls_verify_peer = -1 };
+  uint64_t x = 50 * CHUNK + 300;
+  g_autofree uint8_t *buf = NULL, *bad = NULL;
+  struct ts_gate *g;
+  struct fx f;
+
+  f.r = g_rand_new_with_seed (101);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  c.store_override->can_fua = true;
+  f.rb = rb_open (&c);
+  g_assert_nonnull (f.rb);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g = stall_flusher (&f, 2);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+
+  buf = fx_random (&f, 6000);
+  fx_write (&f, buf, 6000, x, 0);
+  if (!ts_durable_has (f.ts, buf, 6000, x))
+    g_error ("a writethrough write to a FUA store returned before it was "
+             "durable");
+  g_assert_cmpuint (rb_atomic_load (&f.rb->unsynced_bytes), ==, 0);
+  g_assert_cmpuint (rb_atomic_load (&f.rb->written_through), ==, 1);
+
+  ts_fail_writes (f.ts, 1);
+  bad = fx_random (&f, 100);
+  g_assert_cmpint (rb_pwrite (f.rb, bad, 100, x + 10000, 0), ==, -1);
+  memcpy (f.model + x + 10000, bad, 100);  /* kept in RAM */
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, (x + 10000) / CHUNK), ==,
+                    CS_DIRTY);
+  g_assert_cmpuint (rb_atomic_load (&f.rb->written_through), ==, 1);
+  ts_gate_open (g);
+  fx_finish (&f, "writethrough with FUA");
+}
+
+/* --- the request path for data that is not a flat buffer ------------- */
+
+/* A bio-like request: the data in pieces of a few hundred bytes. */
+struct pieces {
+  struct rb_data data;
+  uint8_t *p[64];
+  uint32_t len[64];
+  size_t n;
+  int copies;
+};
+
+static void
+pieces_copy (struct rb_data *d, void *ram, uint64_t count, bool to_ram)
+{
+  struct pieces *pc = (struct pieces *) d;
+  uint8_t *r = ram;
+  size_t i;
+
+  for (i = 0; i < pc->n; i++) {
+    g_assert_cmpuint (count, >=, pc->len[i]);
+    if (to_ram)
+      memcpy (r, pc->p[i], pc->len[i]);
+    else
+      memcpy (pc->p[i], r, pc->len[i]);
+    r += pc->len[i];
+    count -= pc->len[i];
+  }
+  g_assert_cmpuint (count, ==, 0);
+  pc->copies++;
+}
+
+/* Cut buf (len bytes) into pieces of 1..600 bytes. */
+static void
+pieces_init (struct fx *f, struct pieces *pc, uint8_t *buf, uint32_t len)
+{
+  uint32_t done = 0;
+
+  *pc = (struct pieces) { .data.copy = pieces_copy };
+  while (done < len) {
+    uint32_t n = g_rand_int_range (f->r, 1, 601);
+
+    g_assert_cmpuint (pc->n, <, 64);
+    pc->p[pc->n] = buf + done;
+    pc->len[pc->n] = n < len - done ? n : len - done;
+    done += pc->len[pc->n++];
+  }
+}
+
+static int kicks;                       /* [atomic] */
+
+static void
+count_kick (struct rb *rb)
+{
+  __atomic_add_fetch (&kicks, 1, __ATOMIC_SEQ_CST);
+  rb_flusher_kick (rb);
+}
+
+/* rb_try_* do the request only when it needs no wait, and then exactly
+ * as rb_pread/rb_pwrite would; the waiting calls do the rest (demand
+ * loads, edges, writethrough, the dirty limit) with the same data.
+ */
+static void
+test_data_paths (void)
+{
+  struct fx f;
+  struct pieces pc;
+  uint64_t x = 10 * CHUNK + 1000, y = 80 * CHUNK + 77;
+  g_autofree uint8_t *w = NULL, *got = NULL;
+  struct ts_gate *g;
+
+  fx_open (&f, 103, false, false, true, 0);      /* nothing loaded */
+  f.rb->kick_nowait = count_kick;
+  w = fx_random (&f, 9000);
+  got = g_malloc0 (9000);
+
+  /* EMPTY chunks: nothing done, the caller must wait. */
+  pieces_init (&f, &pc, got, 9000);
+  g_assert_false (rb_try_pread (f.rb, &pc.data, 9000, x));
+  pieces_init (&f, &pc, w, 9000);
+  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 9000, x, 0));
+  g_assert_cmpint (pc.copies, ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 0);
+
+  /* The waiting calls: a demand load, then a write with partial edges. */
+  pieces_init (&f, &pc, got, 9000);
+  g_assert_cmpint (rb_pread_data (f.rb, &pc.data, 9000, x), ==, 0);
+  g_assert_cmpmem (got, 9000, f.model + x, 9000);
+  pieces_init (&f, &pc, w, 9000);
+  g_assert_cmpint (rb_pwrite_data (f.rb, &pc.data, 9000, y, 0), ==, 0);
+  memcpy (f.model + y, w, 9000);
+  fx_check_ram (&f, "the waiting data calls");
+
+  /* Loaded now: the fast path, which wakes the idle flusher without
+   * waiting.
+   */
+  sync_until_ok (f.rb);
+  TS_WAIT (rb_atomic_load (&f.rb->flusher_idle), "the flusher to idle");
+  ts_fill_random (f.r, w, 9000);
+  pieces_init (&f, &pc, w, 9000);
+  g_assert_true (rb_try_pwrite (f.rb, &pc.data, 9000, y, 0));
+  memcpy (f.model + y, w, 9000);
+  g_assert_cmpint (__atomic_load_n (&kicks, __ATOMIC_SEQ_CST), ==, 1);
+  memset (got, 0, 9000);
+  pieces_init (&f, &pc, got, 9000);
+  g_assert_true (rb_try_pread (f.rb, &pc.data, 9000, y));
+  g_assert_cmpmem (got, 9000, w, 9000);
+
+  /* Writethrough and the dirty limit wait: not on the fast path. */
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  pieces_init (&f, &pc, w, 100);
+  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 100, y, 0));
+  g_assert_cmpint (pc.copies, ==, 0);
+  g_assert_cmpint (rb_pwrite_data (f.rb, &pc.data, 100, y, 0), ==, 0);
+  memcpy (f.model + y, w, 100);
+  g_assert_true (ts_pending_has (f.ts, w, 100, y));
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITEBACK), ==, 0);
+  g = stall_flusher (&f, 2);            /* a chunk in flight: over 1 byte */
+  rb_atomic_store (&f.rb->dirty_limit, (uint64_t) 1);
+  ts_fill_random (f.r, w, 100);
+  pieces_init (&f, &pc, w, 100);
+  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 100, y, 0));
+  g_assert_cmpint (pc.copies, ==, 0);
+  rb_atomic_store (&f.rb->dirty_limit, (uint64_t) 0);
+  ts_gate_open (g);
+  fx_finish (&f, "the data paths");
+}
+
 /* --- a writethrough write over a chunk that is dirty-zero ------------- */
 
 /* Chunk X is zeroed (ZERO: to be written back as a zero request), then
@@ -890,6 +1119,11 @@ main (int argc, char *argv[])
                    test_dirty_max_inflight);
   g_test_add_func ("/interleave/writethrough-reaches-store",
                    test_writethrough_reaches_store);
+  g_test_add_func ("/interleave/writethrough-from-ram",
+                   test_writethrough_from_ram);
+  g_test_add_func ("/interleave/writethrough-fua-store",
+                   test_writethrough_fua_store);
+  g_test_add_func ("/interleave/data-paths", test_data_paths);
   g_test_add_func ("/interleave/writethrough-over-zero",
                    test_writethrough_over_zero);
   g_test_add_func ("/interleave/sync-error-writethrough",

@@ -198,8 +198,14 @@ ts_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     if (err == 0) {
       if (op == TS_READ)
         memcpy (io->buf, ts->pending + io->offset, io->count);
-      else if (op == TS_WRITE)
+      else if (op == TS_WRITE) {
         memcpy (ts->pending + io->offset, cap[i], io->count);
+        /* FUA (can_fua, set by the test): durable on completion. */
+        if (io->fua) {
+          g_assert_true (s->can_fua);
+          memcpy (ts->durable + io->offset, cap[i], io->count);
+        }
+      }
       else
         memset (ts->pending + io->offset, 0, io->count);
       err = gate_phase (ts, r, true);

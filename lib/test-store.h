@@ -17,6 +17,9 @@
  * what RAM held when it was submitted, not what RAM holds when the gate
  * opens.
  *
+ * A test may set can_fua on the store (ts_store) before rb_open: a
+ * write with fua set is then applied to both images at once.
+ *
  * Gates: ts_gate_arm() holds the next request matching a pattern (op,
  * byte range, the tag of the calling thread) inside the store until the
  * test calls ts_gate_open(), so the test thread can act while a
