@@ -6,6 +6,8 @@
  *
  * The engine is lib/'s, compiled unchanged through the kernel OS shim
  * (lib/env/kernel/env-impl.h), with its state in struct rb:
+ *   io.c         the request path: reads, writes, writethrough, the
+ *                dirty limit, discards and write-zeroes
  *   flush.c      the flusher: sweeps, syncs, the fsyncgate rule (a
  *                failed sync re-dirties everything it may have lost)
  *   populate.c   populate and demand loads
@@ -15,8 +17,9 @@
  *                populate race and flush race
  *
  * Files:  rbk-target.c  table, map, status, messages, suspend/resume
- *         rbk-io.c      the RAM image, bios to and from it, the slow
- *                       paths map() defers
+ *         rbk-io.c      the RAM image; bios through io.c (a copy
+ *                       callback over their pages, the work item for
+ *                       what map() defers)
  *         rbk-store.c   the backing store lib/ writes to: bios to the
  *                       backing device (struct rb_store)
  *         rbk-bg.c      the kthreads around lib's step functions, sync
@@ -25,12 +28,16 @@
  *                       integer bandwidth arithmetic, the sticky error)
  *
  * Who touches what:
- *   map() fast path   loaded chunks, writeback mode: copy to/from RAM,
- *                     then chunkmap_move() to DIRTY.  No lock, no sleep:
- *                     an idle flusher is woken through a work item.
- *   workqueue         everything else map() defers: demand loads, writes
- *                     to chunks still EMPTY, every writethrough write.
- *                     These take a range (they may sleep).
+ *   map() fast path   io.c's rb_try_pread/rb_try_pwrite: loaded chunks,
+ *                     writeback mode, under the dirty limit: copy to or
+ *                     from RAM, then chunkmap_move() to DIRTY.  No lock,
+ *                     no sleep: an idle flusher is woken through a work
+ *                     item (rb.kick_nowait).
+ *   workqueue         everything else map() defers, through io.c's
+ *                     waiting calls: demand loads, writes to chunks
+ *                     still EMPTY, writethrough, the dirty limit's wait,
+ *                     discards and write-zeroes.  These take a range
+ *                     (they may sleep).
  *   flusher kthread   rb_flush_step() and rb_flusher_wait() in a loop.
  *   populator kthread rb_populate_step() in a loop, from the first resume.
  * Nothing holds a range across anything but its own backing I/O, and
@@ -90,8 +97,6 @@ struct rbk {
 	wait_queue_head_t populator_idle; /* a populate run ended */
 	spinlock_t lock;
 
-	/* Statistics (the rest are rb's). */
-	atomic64_t written_through;	/* application writes, in bios */
 	int error;			/* first backing error (-errno), sticks */
 };
 
@@ -107,43 +112,19 @@ static inline const char *rbk_name(const struct rbk *rbk)
 	return rbk->name;
 }
 
-/*
- * Every chunk of [c0, c1] has been loaded (they never become EMPTY again).
- * rb.populated is set with a fully ordered exchange after the chunk
- * moves of the loads (rb_check_populated), so RAM is seen loaded too.
- */
-static inline bool rbk_loaded(struct rbk *rbk, u64 c0, u64 c1)
-{
-	return rb_atomic_load(&rbk->rb.populated) ||
-	       chunkmap_all(&rbk->rb.map, c0, c1 - c0 + 1, CS_LOADED);
-}
-
 /* rbk-io.c */
 int rbk_ram_alloc(struct rbk *rbk);
 void rbk_ram_free(struct rbk *rbk);
-void rbk_copy_bio(struct rbk *rbk, struct bio *bio, u64 offset, bool to_ram);
-void rbk_mark_dirty(struct rbk *rbk, u64 c0, u64 c1);
+bool rbk_try_io(struct rbk *rbk, struct bio *bio, u64 offset);
 void rbk_slow_work(struct work_struct *work);
 
 /* rbk-store.c */
 void rbk_store_init(struct rbk *rbk);
-struct rbk_sync {
-	atomic_t pending;
-	struct completion done;
-};
-struct rbk_span {
-	struct rbk_sync *sync;
-	blk_status_t status;
-};
-void rbk_sync_init(struct rbk_sync *sync);
-void rbk_sync_wait(struct rbk_sync *sync);
-void rbk_vm_io(struct rbk *rbk, blk_opf_t opf, void *buf, u64 offset,
-	       u64 len, struct rbk_span *span);
 
 /* rbk-bg.c */
 int rbk_start_threads(struct rbk *rbk);
 void rbk_stop_threads(struct rbk *rbk);
-void rbk_kick_flusher(struct rbk *rbk);
+void rbk_kick_nowait(struct rb *rb);
 void rbk_kick_work(struct work_struct *work);
 void rbk_kick_populator(struct rbk *rbk);
 int rbk_sync(struct rbk *rbk, bool killable);

@@ -42,7 +42,8 @@
 
 /*
  * map() cannot take rb.lock (a mutex) to wake an idle flusher
- * (rb_flusher_kick), so it queues this, which does.
+ * (rb_flusher_kick), so io.c's fast path calls rb.kick_nowait, which
+ * queues this, which does.
  */
 void rbk_kick_work(struct work_struct *work)
 {
@@ -51,9 +52,11 @@ void rbk_kick_work(struct work_struct *work)
 	rb_flusher_kick(&rbk->rb);
 }
 
-void rbk_kick_flusher(struct rbk *rbk)
+void rbk_kick_nowait(struct rb *rb)
 {
-	if (rb_atomic_load(&rbk->rb.flusher_idle))
+	struct rbk *rbk = container_of(rb, struct rbk, rb);
+
+	if (rb_atomic_load(&rb->flusher_idle))
 		queue_work(rbk->wq, &rbk->kick);
 }
 

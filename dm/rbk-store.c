@@ -8,9 +8,12 @@
  * pages allow, all of the batch are submitted, then waited for, and each
  * request's err is the first error of its bios.  Its buffers always lie
  * in the RAM image (vmalloc), so a bio takes their pages directly: no
- * bounce copy, as in userspace.  "flush" is a cache flush of the backing
- * device; a failed one is what lib/flush.c's fsyncgate rule handles
- * (everything written since the last good flush is written again).
+ * bounce copy, as in userspace.  A write with fua set (lib/io.c's
+ * writethrough, as the store says can_fua) goes with REQ_FUA: it is on
+ * stable storage when it completes.  "flush" is a cache flush of the
+ * backing device; a failed one is what lib/flush.c's fsyncgate rule
+ * handles (everything written since the last good flush is written
+ * again).
  *
  * Process context only (the flusher, the populator, the workqueue): the
  * bio set's mempool may sleep, and each bio is submitted before the next
@@ -24,14 +27,26 @@
 #include "dm-ramback.h"
 #include "error.h"
 
-void rbk_sync_init(struct rbk_sync *sync)
+/* Bios in flight for a batch: the submitter's reference plus one each. */
+struct rbk_sync {
+	atomic_t pending;
+	struct completion done;
+};
+
+/* One request of a batch: the first error of its bios. */
+struct rbk_span {
+	struct rbk_sync *sync;
+	blk_status_t status;
+};
+
+static void rbk_sync_init(struct rbk_sync *sync)
 {
 	atomic_set(&sync->pending, 1);
 	init_completion(&sync->done);
 }
 
 /* Drop the submitter's reference and wait for every bio of every span. */
-void rbk_sync_wait(struct rbk_sync *sync)
+static void rbk_sync_wait(struct rbk_sync *sync)
 {
 	if (!atomic_dec_and_test(&sync->pending))
 		wait_for_completion_io(&sync->done);
@@ -55,8 +70,8 @@ static void rbk_span_endio(struct bio *bio)
  * Submits only; rbk_sync_wait() on span->sync waits, and span->status
  * is then the first error of any of its bios.
  */
-void rbk_vm_io(struct rbk *rbk, blk_opf_t opf, void *buf, u64 offset,
-	       u64 len, struct rbk_span *span)
+static void rbk_vm_io(struct rbk *rbk, blk_opf_t opf, void *buf, u64 offset,
+		      u64 len, struct rbk_span *span)
 {
 	struct block_device *bdev = rbk->bdev;
 	char *p = buf;
@@ -109,7 +124,9 @@ static int rbk_store_submit(struct rb_store *s, struct rb_io *ios, size_t n)
 					  io->count, &spans[i]);
 				break;
 			case RB_IO_WRITE:
-				rbk_vm_io(rbk, REQ_OP_WRITE, io->buf, io->offset,
+				rbk_vm_io(rbk, io->fua ?
+					  REQ_OP_WRITE | REQ_SYNC | REQ_FUA :
+					  REQ_OP_WRITE, io->buf, io->offset,
 					  io->count, &spans[i]);
 				break;
 			case RB_IO_ZERO:
@@ -160,6 +177,7 @@ void rbk_store_init(struct rbk *rbk)
 		.ops = &rbk_store_ops,
 		.handle = rbk,
 		.size = rbk->rb.size,
+		.can_fua = true,
 		.connections = 1,
 	};
 	rbk->rb.store = &rbk->store;

@@ -133,7 +133,7 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 {
 	struct rbk *rbk = ti->private;
 	struct rbk_bio *pb = dm_per_bio_data(bio, sizeof(*pb));
-	u64 offset, count, c0, c1;
+	u64 offset;
 
 	/* Empty flushes: RAM is the durable copy (see above). */
 	if (!bio->bi_iter.bi_size) {
@@ -151,32 +151,18 @@ static int rbk_map(struct dm_target *ti, struct bio *bio)
 	}
 
 	offset = (u64)dm_target_offset(ti, bio->bi_iter.bi_sector) << SECTOR_SHIFT;
-	count = bio->bi_iter.bi_size;
-	c0 = chunk_of(&rbk->rb, offset);
-	c1 = chunk_of(&rbk->rb, offset + count - 1);
 
-	/* The fast path: no lock, no sleep, nothing submitted. */
+	/* io.c's fast path: no lock, no sleep, nothing submitted. */
 	if ((bio_op(bio) == REQ_OP_READ || bio_op(bio) == REQ_OP_WRITE) &&
-	    rbk_loaded(rbk, c0, c1)) {
-		if (bio_op(bio) == REQ_OP_READ) {
-			rbk_copy_bio(rbk, bio, offset, false);
-			bio_endio(bio);
-			return DM_MAPIO_SUBMITTED;
-		}
-		/* Over the dirty limit: the workqueue waits (rb_throttle). */
-		if (rb_atomic_load(&rbk->rb.mode) == RB_MODE_WRITEBACK &&
-		    !rb_over_dirty_limit(&rbk->rb)) {
-			rbk_copy_bio(rbk, bio, offset, true);
-			rbk_mark_dirty(rbk, c0, c1);
-			bio_endio(bio);
-			return DM_MAPIO_SUBMITTED;
-		}
+	    rbk_try_io(rbk, bio, offset)) {
+		bio_endio(bio);
+		return DM_MAPIO_SUBMITTED;
 	}
 
-	/* Needs backing I/O, which map() must not wait for: defer. */
+	/* It may wait (a load, a range, the dirty limit, backing I/O): defer. */
 	pb->rbk = rbk;
 	pb->offset = offset;
-	pb->count = count;
+	pb->count = bio->bi_iter.bi_size;
 	INIT_WORK(&pb->work, rbk_slow_work);
 	queue_work(rbk->wq, &pb->work);
 	return DM_MAPIO_SUBMITTED;
@@ -368,6 +354,7 @@ static int rbk_rb_init(struct rbk *rbk)
 	rb->populate_rate.bps = rb->cfg.populate_rate;
 	rb_recompute_limit(rb);
 	rb->cfg.populate = rbk->populate;
+	rb->kick_nowait = rbk_kick_nowait;	/* map() */
 	rbk->rb_ready = true;
 	return 0;
 }
@@ -402,7 +389,6 @@ static int rbk_ctr(struct dm_target *ti, unsigned int argc, char **argv)
 	init_waitqueue_head(&rbk->populator_wait);
 	init_waitqueue_head(&rbk->populator_idle);
 	INIT_WORK(&rbk->kick, rbk_kick_work);
-	atomic64_set(&rbk->written_through, 0);
 
 	arg = dm_shift_arg(&as);
 	r = dm_get_device(ti, arg, dm_table_get_mode(ti->table), &rbk->dev);
@@ -651,7 +637,7 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 				   rb->chunk_shift),
 		       (long long)(rb_atomic_load(&rb->stored_bytes) >>
 				   rb->chunk_shift),
-		       (long long)atomic64_read(&rbk->written_through));
+		       (long long)rb_atomic_load(&rb->written_through));
 		DMEMIT(" %llu %llu %llu %llu %llu %llu",
 		       rb_atomic_load(&rb->stored_bytes),
 		       rb_atomic_load(&rb->loaded_bytes),
