@@ -3,9 +3,10 @@
  * ramback: the OS shim (lib/env.h) for the Linux kernel.
  *
  * Found through the include path: dm/Kbuild puts lib/env/kernel/ on it,
- * so the lib files that dm-ramback.ko shares (chunkmap.c, sumbits.c,
- * rangelock.c) include this instead of the POSIX one and compile
- * unchanged, with no stand-ins for the C library's headers.  It
+ * so the lib files that dm-ramback.ko shares (io.c, flush.c,
+ * populate.c, chunkmap.c, sumbits.c, rangelock.c) include this instead
+ * of the POSIX one and compile unchanged, with no stand-ins for the C
+ * library's headers.  It
  * supplies:
  *
  *   types              <linux/types.h>, plus UINT64_MAX, UINT64_C...
