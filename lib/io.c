@@ -132,7 +132,7 @@ full_chunks (struct rb *rb, const struct req *r, uint64_t *f, uint64_t *l)
 }
 
 /* Change RAM for the request. */
-static void
+static inline __attribute__ ((__always_inline__)) void
 apply (struct rb *rb, const struct req *r)
 {
   if (r->op == OP_ZERO)
@@ -154,8 +154,12 @@ copy_out (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
     ramimage_copy_out (&rb->ram, offset, buf, count);
 }
 
-/* Wake an idle flusher, without waiting if the caller must not. */
-static void
+/* Wake an idle flusher, without waiting if the caller must not.  Not
+ * inlined: rare on the hot path (the chunks are mostly DIRTY already).
+ * (The attributes' __x__ spellings: the kernel defines noinline and
+ * always_inline as macros.)
+ */
+static void __attribute__ ((__noinline__))
 kick (struct rb *rb, const struct req *r)
 {
   if (r->nowait && rb->kick_nowait)
@@ -197,7 +201,7 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 /* After RAM changed.  premoved: what premark_dirty() moved (the
  * flusher is kicked if either moved a chunk).
  */
-static void
+static inline __attribute__ ((__always_inline__)) void
 mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
 {
   if (move_dirty (rb, r, CS_BIT (CS_EMPTY)) + premoved)
@@ -368,7 +372,7 @@ slow_path (struct rb *rb, const struct req *r)
   return 0;
 }
 
-static void
+static inline __attribute__ ((__always_inline__)) void
 trace_write (struct rb *rb, const struct req *r)
 {
   if (rb_tracing (rb))
@@ -377,9 +381,10 @@ trace_write (struct rb *rb, const struct req *r)
 }
 
 /* The fast path: every chunk loaded (checked by the caller), writeback
- * mode, nothing to wait for.  No lock.
+ * mode, nothing to wait for.  No lock.  Inlined, with apply(), into
+ * each caller: it is the plugin's hot path.
  */
-static void
+static inline __attribute__ ((__always_inline__)) void
 fast_write (struct rb *rb, const struct req *r)
 {
   uint64_t pre;
