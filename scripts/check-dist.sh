@@ -43,7 +43,7 @@ export RAMBACK_CHECK_ONLY="${RAMBACK_CHECK_ONLY-test-model.sh \
     test-remote-nbdkit.sh test-ram-file.sh test-ramback-docs.sh \
     test-ramback-commands.sh test-fio.sh test-filter-memory.sh}"
 
-if ! make distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror \
+if ! make -j"${RAMBACK_CHECK_JOBS:-3}" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror \
         >distcheck.out 2>&1; then
     tail -60 distcheck.out
     show_failures

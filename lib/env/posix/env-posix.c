@@ -172,11 +172,20 @@ rb_thread_background (void)
 {
   pid_t tid = (pid_t) syscall (SYS_gettid);
 
+  int nice_now;
+
   /* Neither is fatal: they only change who goes first.  On Linux nice
-   * values are per thread.
+   * values are per thread.  Five levels below the server's own, not an
+   * absolute 5: a server started under nice(1) still gets a write back
+   * that yields to its request path.
    */
-  if (setpriority (PRIO_PROCESS, (id_t) tid, 5) == -1) {
-    /* ignored */
+  errno = 0;
+  nice_now = getpriority (PRIO_PROCESS, (id_t) tid);
+  if (nice_now != -1 || errno == 0) {
+    if (setpriority (PRIO_PROCESS, (id_t) tid,
+                     nice_now + 5 > 19 ? 19 : nice_now + 5) == -1) {
+      /* ignored */
+    }
   }
 #ifdef SYS_ioprio_set
   /* The lowest best-effort I/O priority, not the idle class: write back
