@@ -264,7 +264,7 @@ extern void rb_resume_map (struct rb *rb);
 
 /* io.c */
 extern void rb_throttle (struct rb *rb);
-/* Would rb_throttle wait now?  Lock-free (the kernel target's map()). */
+/* Would rb_throttle wait now?  Lock-free (rb_try_pwrite). */
 extern bool rb_over_dirty_limit (struct rb *rb);
 
 /* A request's data when it is not one flat buffer (the kernel target:
