@@ -52,8 +52,15 @@ struct rb_run {
   uint64_t first, n;
   enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
   uint64_t taken;               /* chunks moved to CLEAN by us */
+  uint64_t bytes;               /* CS_DIRTY: dirty bytes (an estimate) */
 };
 #define RB_FLUSH_BATCH_RUNS 32
+/* Store requests per batch: a run of chunks with sector bits becomes
+ * one request per run of dirty sectors.
+ */
+#define RB_FLUSH_BATCH_IOS 256
+/* The sector bits' sector: 4 KiB (or the chunk, if smaller). */
+#define RB_SECTOR_SHIFT 12u
 
 /* The flusher's state [flusher], with its batch (too big for a kernel
  * stack: it lives in struct rb).
@@ -64,7 +71,7 @@ struct rb_flusher_state {
   bool suspects;                /* the store may hand over more suspects */
   bool wakeable;                /* the delay may end early on a kick */
   struct rb_run runs[RB_FLUSH_BATCH_RUNS];
-  struct rb_io ios[RB_FLUSH_BATCH_RUNS];
+  struct rb_io ios[RB_FLUSH_BATCH_IOS];
   struct rl_node nodes[RB_FLUSH_BATCH_RUNS];
 };
 
@@ -99,6 +106,7 @@ struct rb {
   uint32_t chunk_size;
   unsigned chunk_shift;
   uint64_t nchunks;
+  unsigned sector_shift;        /* log2 of the sector bits' sector size */
 
   int mode;                     /* [atomic] enum rb_mode */
   bool trace;                   /* [atomic] */
@@ -191,6 +199,16 @@ chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
 {
   uint64_t start = chunk_offset (rb, c), end = chunk_offset (rb, c + n);
   return (end > rb->size ? rb->size : end) - start;
+}
+
+/* Set the sector bits (chunkmap.h) of [offset, offset+count). */
+static inline void
+rb_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  uint64_t s0 = offset >> rb->sector_shift;
+  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
+
+  chunkmap_mark (&rb->map, s0, s1 - s0 + 1);
 }
 
 static inline bool

@@ -4,6 +4,7 @@
 perf_tests = \
 	test-direct-io.sh \
 	test-idle-cpu.sh \
+	test-write-amp.sh \
 	test-written-bytes.sh \
 	$(NULL)
 TESTS += $(perf_tests)
