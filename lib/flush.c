@@ -44,6 +44,16 @@
  * it covers, so FLUSH keeps failing until one full sweep, writes and
  * sync, succeeds.
  *
+ * flush-delay=SECONDS: data rewritten often is written back once.  Woken
+ * from idle by new dirty data, the flusher waits SECONDS (rather than
+ * the short coalescing wait) before it sweeps, and a sweep that leaves
+ * new dirty data behind waits until SECONDS after it began before the
+ * next one: a block rewritten many times within that is stored once.
+ * Nothing waits on it: a stop, a sync ticket (rb_sync, FLUSH with
+ * fsync=wait), writethrough mode and a writer at the dirty limit
+ * (dirty-max=, ups-window=) end the wait at once (rb_flusher_hurry,
+ * flusher_delaying).
+ *
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
  * retires the NB bits of what it covered (rb_nb_retire).
@@ -423,6 +433,39 @@ sync_needed (struct rb *rb, uint64_t target)
  */
 #define COALESCE_MS 20
 
+/* flush-delay=: may the flusher hold dirty data back now?  Not when
+ * somebody waits for it (see the top of the file).
+ */
+static bool
+may_delay_locked (struct rb *rb, uint64_t target)
+{
+  return rb->cfg.flush_delay > 0 && !rb->stopping &&
+    rb->sync_requested == target &&
+    rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
+    !rb_over_dirty_limit (rb);
+}
+
+/* Wait until deadline while may_delay_locked.  flusher_delaying is set
+ * before the conditions are checked, and rb_flusher_hurry changes them
+ * before it reads it (all seq_cst): either we see the change or it
+ * sees the flag and signals, under the lock we wait with.
+ */
+static void
+delay_locked (struct rb *rb, uint64_t target, uint64_t deadline)
+{
+  rb_atomic_store (&rb->flusher_delaying, true);
+  while (may_delay_locked (rb, target) &&
+         rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
+    ;
+  rb_atomic_store (&rb->flusher_delaying, false);
+}
+
+static uint64_t
+flush_delay_ns (struct rb *rb)
+{
+  return rb->cfg.flush_delay * UINT64_C (1000000000);
+}
+
 static void
 coalesce_locked (struct rb *rb, uint64_t target)
 {
@@ -470,6 +513,8 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   uint64_t gen, t;
   int err;
 
+  fs->pass_start = rb_now_ns ();
+  fs->delaying = false;
   fs->suspects = redirty_suspects (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -537,6 +582,16 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
     rb_atomic_store (&rb->flusher_idle, true);
     return RB_STEP_IDLE;
   }
+  /* New dirty data only: flush-delay= holds it back until the delay
+   * since this pass began is over.
+   */
+  if (may_delay_locked (rb, fs->target)) {
+    uint64_t until = fs->pass_start + flush_delay_ns (rb), now = rb_now_ns ();
+    if (now < until) {
+      fs->delaying = true;
+      return until - now;
+    }
+  }
   return 0;
 }
 
@@ -558,8 +613,13 @@ rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
     while (!rb->stopping && !have_work_locked (rb, fs->target))
       rb_cond_wait (&rb->flusher_cond, &rb->lock);
     rb_atomic_store (&rb->flusher_idle, false);
-    coalesce_locked (rb, fs->target);
+    if (rb->cfg.flush_delay)
+      delay_locked (rb, fs->target, rb_now_ns () + flush_delay_ns (rb));
+    else
+      coalesce_locked (rb, fs->target);
   }
+  else if (fs->delaying)
+    delay_locked (rb, fs->target, rb_now_ns () + delay);
   else if (fs->wakeable)
     rb_cond_wait_until (&rb->flusher_cond, &rb->lock, rb_now_ns () + delay);
   else {
@@ -646,6 +706,16 @@ void
 rb_flusher_kick (struct rb *rb)
 {
   if (rb_atomic_load (&rb->flusher_idle)) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_signal (&rb->flusher_cond);
+  }
+}
+
+void
+rb_flusher_hurry (struct rb *rb)
+{
+  if (rb_atomic_load (&rb->flusher_idle) ||
+      rb_atomic_load (&rb->flusher_delaying)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_signal (&rb->flusher_cond);
   }

@@ -70,6 +70,8 @@ struct rb_flusher_state {
   uint64_t target;              /* the last ticket the last pass covered */
   bool suspects;                /* the store may hand over more suspects */
   bool wakeable;                /* the delay may end early on a kick */
+  bool delaying;                /* the delay is flush-delay='s */
+  uint64_t pass_start;          /* when the last pass began (ns) */
   struct rb_run runs[RB_FLUSH_BATCH_RUNS];
   struct rb_io ios[RB_FLUSH_BATCH_IOS];
   struct rl_node nodes[RB_FLUSH_BATCH_RUNS];
@@ -112,6 +114,8 @@ struct rb {
   bool trace;                   /* [atomic] */
   bool populated;               /* [atomic] every chunk loaded */
   bool flusher_idle;            /* [atomic] flusher waits for a kick */
+  bool flusher_delaying;        /* [atomic] flusher holds dirty data back
+                                   (flush-delay=) until hurried */
   uint64_t dirty_limit;         /* [atomic] bytes, 0: none */
   bool store_failing;           /* [atomic] a write or sync failed since
                                    the last clean sweep (read failures
@@ -241,6 +245,10 @@ extern int rb_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
 extern int rb_flusher_stop (struct rb *rb);
 extern void rb_flusher_kick (struct rb *rb);
+/* The same, and also end a flush-delay= wait: dirty data is wanted on
+ * the store now (the dirty limit, writethrough mode).
+ */
+extern void rb_flusher_hurry (struct rb *rb);
 extern void rb_flusher_state_init (struct rb_flusher_state *fs);
 /* One flusher pass: a sweep over every dirty chunk and the sync. */
 extern uint64_t rb_flush_step (struct rb *rb, struct rb_flusher_state *fs);

@@ -276,7 +276,7 @@ rb_throttle (struct rb *rb)
   if (rb->jops)                 /* the dirty data drains by commits */
     rb->jops->hurry (rb);
   else
-    rb_flusher_kick (rb);
+    rb_flusher_hurry (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   while (!rb->stopping && OVER ()) {
     rb_cond_wait (&rb->space_cond, &rb->lock);
