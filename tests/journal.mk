@@ -7,6 +7,7 @@ journal_tests = \
 	test-journal-limits.sh \
 	test-journal-cow.sh \
 	test-journal-resume.sh \
+	test-journal-writethrough.sh \
 	$(NULL)
 TESTS += $(journal_tests)
 EXTRA_DIST += $(journal_tests) \
