@@ -226,6 +226,21 @@ rbj_crc32c (uint32_t crc, const void *buf, size_t len)
 
 /* ---- helpers ---- */
 
+void *
+rbj_alloc (size_t len)
+{
+  long page = sysconf (_SC_PAGESIZE);
+  size_t a = page > RBJ_ALIGN ? (size_t) page : RBJ_ALIGN;
+  void *p;
+  int r = posix_memalign (&p, a, len ? len : 1);
+
+  if (r != 0) {
+    errno = r;
+    return NULL;
+  }
+  return p;
+}
+
 static uint64_t
 align_up (uint64_t n)
 {
@@ -563,7 +578,7 @@ replay_one (struct rb_journal *j, struct rb_store *back, uint64_t pos,
       data_len > room || desc_len + data_len + RBJ_BLOCK > room)
     return 0;
   if ((desc = malloc (desc_len)) == NULL ||
-      (data = malloc (data_len ? data_len : 1)) == NULL) {
+      (data = rbj_alloc (data_len)) == NULL) {
     rb_set_error (errno, "journal %s: out of memory for a transaction of "
                   "%" PRIu64 " bytes", j->name, desc_len + data_len);
     return -1;

@@ -19,6 +19,10 @@
 
 #define RBJ_BLOCK 512
 #define RBJ_AREA_START 4096
+/* The alignment of buffers for direct I/O (at least this; a page if
+ * larger).
+ */
+#define RBJ_ALIGN 4096
 /* Smallest journal store accepted. */
 #define RBJ_MIN_SIZE (UINT64_C (1) << 20)
 /* A transaction's fixed cost in the journal: the descriptor header,
@@ -114,6 +118,11 @@ extern int rbj_recover (const struct rb_store_params *back,
  * there were any.
  */
 extern bool rbj_settle (struct rb_store *s);
+
+/* A buffer aligned for direct I/O (at least a page, RBJ_ALIGN), freed
+ * with free(): NULL with errno on failure.
+ */
+extern void *rbj_alloc (size_t len);
 
 /* CRC-32C (Castagnoli), as iSCSI and ext4 use it. */
 extern uint32_t rbj_crc32c (uint32_t crc, const void *buf, size_t len);

@@ -35,6 +35,11 @@
  * acknowledged.  fsync=wait therefore costs one sequential append and
  * one journal sync.
  *
+ * The buffer is page aligned (rbj_alloc), and so is each run's data in
+ * it when chunks are, so the journal append and the in-place writes can
+ * go to a file store with O_DIRECT (store-file.c), without a copy
+ * through the page cache.
+ *
  * Apply.  The applier thread writes committed transactions in place on
  * the backing store, syncs it, and retires them (the journal's tail
  * moves past them; journal.c persists it before the space is reused).
@@ -50,7 +55,10 @@
  * already hold N+1), so the memory this costs is bounded by the
  * journal's size.
  *
- * Bounds.  A transaction must fit in the journal.  Writers reserve, before
+ * Bounds.  A transaction must fit in the journal; a commit point is
+ * also made as soon as the dirty data would take a quarter of it, so
+ * that under a stream of writes transaction N+1 is appended while N is
+ * put in place (big_asked keeps the writers from asking twice).  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
  * (chunk size + an extent entry each) and wait while the live
  * transactions, the dirty chunks, the reservations and their own would
@@ -88,7 +96,7 @@
  *   queue, commit_now, applied_target, apply_failed  [rb->lock]
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
- *   reserved, jused, counters  [atomic]
+ *   reserved, jused, big_asked, counters  [atomic]
  *   seen       [applier]
  */
 
@@ -160,6 +168,8 @@ struct rb_txns {
   bool applier_running;
 
   uint64_t reserved, jused;     /* [atomic] */
+  bool big_asked;               /* [atomic] a commit was asked for
+                                   because the dirty data is large */
   uint64_t admit_waiters;       /* [atomic] */
   uint64_t commits, applied;    /* [atomic] */
   uint64_t last_commit_ns;      /* [atomic] monotonic */
@@ -428,6 +438,17 @@ rb_txn_write_end (struct rb *rb, uint64_t reserved)
 
   rb_rwlock_unlock (&t->gate);
   rb_atomic_sub (&t->reserved, reserved);
+  /* Enough for a transaction of a quarter of the journal: commit now,
+   * so the next one is captured and appended while this one is put in
+   * place (a whole journal's worth would leave no room to overlap).
+   */
+  if (chunkmap_dirty (&rb->map) * t->per_chunk >= t->capacity / 4 &&
+      !rb_atomic_load (&t->big_asked)) {
+    rb_atomic_store (&t->big_asked, true);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    t->commit_now = true;
+    rb_cond_signal (&rb->flusher_cond);
+  }
   if (rb_atomic_load (&t->admit_waiters) ||
       !rb_atomic_load (&t->dirty_since)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -643,7 +664,7 @@ commit_one (struct rb *rb, uint64_t target)
     txn_free (x);
     return 1;
   }
-  if (x->data_bytes && (x->buf = malloc (x->data_bytes)) == NULL)
+  if (x->data_bytes && (x->buf = rbj_alloc (x->data_bytes)) == NULL)
     goto nomem;
   for (i = 0; i < x->nruns; i++) {
     struct txn_run *r = &x->runs[i];
@@ -812,6 +833,7 @@ committer_main (void *arg)
       target = rb->sync_requested;
       t->commit_now = false;
     }
+    rb_atomic_store (&t->big_asked, false);
     r = commit_one (rb, target);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
