@@ -280,7 +280,7 @@ void
 nbdstore_nbd_reason (char *why, size_t whylen, int err)
 {
   const char *msg = nbd_get_error ();
-  const char *es = strerror (err);
+  const char *es = rb_strerror (err);
   size_t n, m = strlen (es);
 
   snprintf (why, whylen, "%s", msg ? msg : "unknown error");

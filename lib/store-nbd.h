@@ -40,6 +40,7 @@
 #include "env.h"
 #include "cleanup.h"
 #include "json.h"
+#include "backoff.h"
 
 #define MAX_CONNECTIONS 64          /* as plugin/params.c allows */
 #define AUTO_CONNECTIONS 4          /* when the server offers multi-conn */
@@ -62,8 +63,6 @@
 #define KEEPALIVE_S (KEEPALIVE_IDLE_S + KEEPALIVE_INTVL_S * KEEPALIVE_CNT)
 #define MAX_DRAINS 16               /* lost connections watched per conn */
 #define DRAIN_BUF 16384
-#define BACKOFF_MIN_NS (50 * UINT64_C (1000000))
-#define BACKOFF_MAX_NS (5 * UINT64_C (1000000000))
 
 enum piece_op { P_READ, P_WRITE, P_ZERO, P_FLUSH, P_EXTENTS };
 
