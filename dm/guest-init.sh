@@ -9,11 +9,9 @@
 # The host's /ramback/test.conf gives the write lists and the sha256 of
 # every region and device image the host's model expects.
 #
-# Serial console protocol (as qemu-guest/):
-#   RAMBACK-MARK: <phase> <uptime>   progress
-#   RAMBACK-TIME: <phase> <seconds>  how long a phase took
-#   RAMBACK-RESULT: PASS | FAIL <why>  the verdict, always last
-# The guest then powers off.  A kernel oops or warning panics the kernel
+# It reports over the serial console as every test guest does
+# (/guest/console.sh, from qemu-guest/guest/); RAMBACK-TIME is a phase's
+# duration.  A kernel oops or warning panics the kernel
 # (oops=panic panic_on_warn=1) and QEMU exits with no RESULT line, which
 # the host counts as a failure.
 
@@ -24,15 +22,11 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
 
-now () { cut -d' ' -f1 /proc/uptime; }
-mark () { echo "RAMBACK-MARK: $1 $(now)"; }
-fail () {
-  echo "RAMBACK-RESULT: FAIL $*"
+. /guest/console.sh
+fail_details () {
   dmsetup status 2>&1 | sed 's/^/  status: /'
   dmesg | tail -30 | sed 's/^/  dmesg: /'
   sync
-  poweroff -f
-  sleep 10
 }
 phase_start=0
 phase () {
@@ -346,10 +340,7 @@ finish () {
     fail "kernel complained (see dmesg above)"
   fi
   phase done
-  sync
-  echo "RAMBACK-RESULT: PASS"
-  poweroff -f
-  sleep 10
+  pass
 }
 
 # ---- bad tables are refused -------------------------------------------

@@ -231,8 +231,9 @@ final_sha=$(sha "$T/model.img")
 [ -z "$ONLY" ] || final_sha=$initial_sha
 
 # ---- the initramfs: the cached base plus this run's files -------------------
-mkdir -p "$T/extra/ramback"
+mkdir -p "$T/extra/ramback" "$T/extra/guest"
 cp "$here/guest-init.sh" "$T/extra/init"
+cp "$here/../qemu-guest/guest/console.sh" "$T/extra/guest/"
 chmod 755 "$T/extra/init"
 cp "$ko" "$T/test.conf" "$T/extra/ramback/"
 (cd "$T/extra" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |

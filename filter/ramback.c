@@ -83,8 +83,9 @@ static bool read_only;
  */
 static const char *const own_keys[] = {
   "ram", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
-  "populate-rate", "flush-rate", "populate", "overcommit", "trace",
-  "control", "connections", "inflight", "journal", "commit-interval", NULL
+  "populate-rate", "flush-rate", "flush-delay", "populate", "overcommit",
+  "trace", "control", "connections", "inflight", "journal",
+  "commit-interval", NULL
 };
 
 /* What stands for back= in a ram= image (ramimage.h): the parameters
@@ -436,6 +437,7 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
+  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
   "populate=true|false     Populate in the background (default true).\n" \
   "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \

@@ -177,7 +177,7 @@ crc_init (void)
     for (j = 1; j < 8; j++)
       crc_table[j][i] = (crc_table[j - 1][i] >> 8) ^
         crc_table[0][crc_table[j - 1][i] & 0xff];
-  __atomic_store_n (&crc_ready, true, __ATOMIC_RELEASE);
+  rb_atomic_store_release (&crc_ready, true);
 }
 
 #if defined (__x86_64__)
@@ -204,7 +204,7 @@ crc_hw (uint32_t crc, const uint8_t *p, size_t len)
 static uint32_t
 crc_sw (uint32_t crc, const uint8_t *p, size_t len)
 {
-  if (!__atomic_load_n (&crc_ready, __ATOMIC_ACQUIRE))
+  if (!rb_atomic_load_acquire (&crc_ready))
     crc_init ();                /* idempotent: a race only recomputes */
   while (len >= 8) {
     uint32_t lo, hi;

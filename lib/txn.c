@@ -115,8 +115,7 @@
 #include "internal.h"
 #include "journal.h"
 
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
+#include "backoff.h"
 #define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
 #define APPLY_BATCH 64
 #define APPLY_DELAY_NS (50 * UINT64_C (1000000))
@@ -880,7 +879,7 @@ committer_main (void *arg)
                  " dirty chunks yet; retrying", chunkmap_dirty (&rb->map));
       {
         uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
-        backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+        backoff = rb_backoff_next_ms (backoff);
         while (rb_now_ns () < until &&
                rb_cond_wait_until (&rb->flusher_cond, &rb->lock, until))
           ;
@@ -1044,7 +1043,7 @@ apply_list (struct rb *rb, struct txn *list)
     else if (!rbj_settle (rb->store))
       break;
     until = rb_now_ns () + backoff * UINT64_C (1000000);
-    backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    backoff = rb_backoff_next_ms (backoff);
     bytes = 0;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (err && target > t->apply_failed) {
