@@ -153,8 +153,8 @@ __wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len)
   __real_ramimage_zero (ri, off, len);
   if (!hold_zero)
     return;
-  __atomic_store_n (&zero_held, true, __ATOMIC_SEQ_CST);
-  TS_WAIT (__atomic_load_n (&zero_go, __ATOMIC_SEQ_CST),
+  rb_atomic_store (&zero_held, true);
+  TS_WAIT (rb_atomic_load (&zero_go),
            "the test to let the held zero go on");
 }
 
@@ -191,10 +191,10 @@ struct fx {
 };
 
 static void
-fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
-         bool start, uint64_t dirty_max)
+fx_open_cs (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
+            bool start, uint64_t dirty_max, uint32_t chunk_size)
 {
-  struct rb_config c = { .chunk_size = CHUNK, .populate = populate,
+  struct rb_config c = { .chunk_size = chunk_size, .populate = populate,
                          .fsync_wait = fsync_wait, .dirty_max = dirty_max,
                          .store.tls_verify_peer = -1 };
 
@@ -211,6 +211,13 @@ fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
     if (populate)
       g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
   }
+}
+
+static void
+fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
+         bool start, uint64_t dirty_max)
+{
+  fx_open_cs (f, seed, fsync_wait, populate, start, dirty_max, CHUNK);
 }
 
 /* Write and put it in the model; the write must succeed. */
@@ -329,7 +336,7 @@ job_main (gpointer arg)
   }
   if (j->r == 0 && j->op != J_READ && j->op != J_ZERO)
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
-  __atomic_store_n (&j->done, true, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&j->done, true);
   return NULL;
 }
 
@@ -349,7 +356,7 @@ job_join (struct job *j)
 static void
 wait_gate_job (struct ts_gate *g, struct job *j, const char *what)
 {
-  TS_WAIT (ts_gate_held (g) || __atomic_load_n (&j->done, __ATOMIC_SEQ_CST),
+  TS_WAIT (ts_gate_held (g) || rb_atomic_load (&j->done),
            what);
   if (!ts_gate_held (g))
     g_error ("%s: it returned (%d) without reaching the store", what, j->r);
@@ -389,12 +396,12 @@ test_flush_race (void)
                      .len = CHUNK, .off = x };
   job_start (&w);
   TS_WAIT (ts_gate_held (gw) || waiters (&f.rb->rl.released) > 0 ||
-           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&w.done),
            "the writethrough write to queue behind the write back");
   if (ts_gate_held (gw))
     g_error ("flush race: a writethrough write reached the store while a "
              "write back of the same chunk was in flight");
-  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&w.done))
     g_error ("flush race: a writethrough write completed while a write "
              "back of the same chunk was in flight");
   g_assert_cmpint (rb_pread (f.rb, got, CHUNK, x), ==, 0);
@@ -442,6 +449,80 @@ test_write_during_store (void)
   fx_write (&f, v2, 1000, x + 3000, 0);
   ts_gate_open (g);
   fx_finish (&f, "a write during the write back of its chunk");
+}
+
+/* --- sector bits: partial chunks -------------------------------------- */
+
+#define BIG_CHUNK (64 * 1024)
+#define SECTOR 4096
+
+/* 64 KiB chunks, so a chunk has 16 sectors.  One sector of chunk X is
+ * written back alone (the gate matches a 4 KiB store request: a whole
+ * chunk would never reach it) and held there; meanwhile the same
+ * sector and another one of X are written.  Both must reach the store:
+ * the flusher took the bits before it captured the data, so the new
+ * writes set them again and X is dirty again.
+ */
+static void
+test_sector_write_during_store (void)
+{
+  struct fx f;
+  uint64_t x = 5 * BIG_CHUNK, s3 = x + 3 * SECTOR, s9 = x + 9 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v1 = NULL, *v2 = NULL, *v3 = NULL;
+  struct ts_gate *g;
+
+  fx_open_cs (&f, 61, false, true, true, 0, BIG_CHUNK);
+  v1 = fx_random (&f, SECTOR);
+  v2 = fx_random (&f, SECTOR);
+  v3 = fx_random (&f, 100);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v1, SECTOR, s3, 0);
+  ts_gate_wait (g);
+  fx_write (&f, v2, SECTOR, s3, 0);
+  fx_write (&f, v3, 100, s9 + 7, 0);
+  ts_gate_open (g);
+  fx_finish (&f, "sector writes during the write back of their chunk");
+}
+
+/* A write back of one sector fails: the sector stays dirty (and only
+ * what failed is written again, which the store then takes).
+ */
+static void
+test_sector_store_fails (void)
+{
+  struct fx f;
+  uint64_t x = 9 * BIG_CHUNK + 2 * SECTOR;
+  g_autofree uint8_t *v = NULL;
+
+  fx_open_cs (&f, 67, false, true, true, 0, BIG_CHUNK);
+  v = fx_random (&f, 2 * SECTOR);
+  ts_fail_writes (f.ts, 1);
+  fx_write (&f, v, 2 * SECTOR, x, 0);
+  g_assert_cmpint (rb_sync (f.rb, -1), ==, -1);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 1);
+  fx_finish (&f, "a failed write back of sectors");
+}
+
+/* A chunk zeroed whole (ZERO) and then written in one sector before it
+ * was written back: the store still has the old data in the other 15
+ * sectors, so the whole chunk must be written back, not the sector.
+ */
+static void
+test_sector_zero_then_write (void)
+{
+  struct fx f;
+  uint64_t x = 3 * BIG_CHUNK;
+  g_autofree uint8_t *v = NULL;
+
+  fx_open_cs (&f, 71, false, true, false, 0, BIG_CHUNK);
+  v = fx_random (&f, SECTOR);
+  g_assert_cmpint (rb_zero (f.rb, BIG_CHUNK, x, 0), ==, 0);
+  memset (f.model + x, 0, BIG_CHUNK);
+  fx_write (&f, v, SECTOR, x + 4 * SECTOR, 0);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  fx_finish (&f, "a sector written into a zeroed chunk");
 }
 
 /* --- populate must not load over a newer write ------------------------ */
@@ -520,12 +601,12 @@ test_demand_load_waits (void)
                      .len = CHUNK, .off = x };
   job_start (&b);
   TS_WAIT (ts_gate_held (gb) || waiters (&f.rb->rl.released) > 0 ||
-           __atomic_load_n (&b.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&b.done),
            "the read to queue behind the write's range");
   if (ts_gate_held (gb))
     g_error ("a demand load of a chunk reached the store while a write "
              "was loading the same chunk");
-  if (__atomic_load_n (&b.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&b.done))
     g_error ("a read of a chunk returned while a write was loading the "
              "same chunk");
   ts_gate_open (ga);
@@ -652,9 +733,9 @@ test_dirty_max_inflight (void)
                      .len = 100, .off = 100 * CHUNK };
   job_start (&w);
   TS_WAIT (waiters (&f.rb->space_cond) > 0 ||
-           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&w.done),
            "the writer to wait for dirty-max, or to finish");
-  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&w.done))
     g_error ("a write went past dirty-max while the limit was all in "
              "flight to the store");
   ts_gate_open (g);
@@ -835,7 +916,7 @@ static int kicks;                       /* [atomic] */
 static void
 count_kick (struct rb *rb)
 {
-  __atomic_add_fetch (&kicks, 1, __ATOMIC_SEQ_CST);
+  rb_atomic_add (&kicks, 1);
   rb_flusher_kick (rb);
 }
 
@@ -883,7 +964,7 @@ test_data_paths (void)
   pieces_init (&f, &pc, w, 9000);
   g_assert_true (rb_try_pwrite (f.rb, &pc.data, 9000, y, 0));
   memcpy (f.model + y, w, 9000);
-  g_assert_cmpint (__atomic_load_n (&kicks, __ATOMIC_SEQ_CST), ==, 1);
+  g_assert_cmpint (rb_atomic_load (&kicks), ==, 1);
   memset (got, 0, 9000);
   pieces_init (&f, &pc, got, 9000);
   g_assert_true (rb_try_pread (f.rb, &pc.data, 9000, y));
@@ -1088,15 +1169,15 @@ test_zero_vs_write (void)
   fx_open (&f, 91, false, true, true, 0);
   sync_until_ok (f.rb);
   w = fx_random (&f, CHUNK);
-  __atomic_store_n (&zero_held, false, __ATOMIC_SEQ_CST);
-  __atomic_store_n (&zero_go, false, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&zero_held, false);
+  rb_atomic_store (&zero_go, false);
   z = (struct job) { .f = &f, .tag = "zeroer", .op = J_ZERO,
                      .len = CHUNK, .off = x };
   job_start (&z);
-  TS_WAIT (__atomic_load_n (&zero_held, __ATOMIC_SEQ_CST),
+  TS_WAIT (rb_atomic_load (&zero_held),
            "the zero to reach RAM");
   fx_write (&f, w, CHUNK, x, 0);        /* W, after Z in RAM */
-  __atomic_store_n (&zero_go, true, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&zero_go, true);
   job_join (&z);
   g_assert_cmpint (z.r, ==, 0);
   fx_finish (&f, "a write racing a zero of the same chunk");
@@ -1130,5 +1211,10 @@ main (int argc, char *argv[])
                    test_sync_error_writethrough);
   g_test_add_func ("/interleave/sync-error-fua", test_sync_error_fua);
   g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);
+  g_test_add_func ("/interleave/sector-write-during-store",
+                   test_sector_write_during_store);
+  g_test_add_func ("/interleave/sector-store-fails", test_sector_store_fails);
+  g_test_add_func ("/interleave/sector-zero-then-write",
+                   test_sector_zero_then_write);
   return g_test_run ();
 }
