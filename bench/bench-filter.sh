@@ -100,20 +100,9 @@ else
     : "${size:=256M}" "${runtime:=5}" "${repeat:=3}"
 fi
 
-die () { echo "$prog: $*" >&2; exit 1; }
-
-to_bytes () {
-    local v=$1 n m=1
-    case $v in
-        *[kK]) m=1024 ;;
-        *[mM]) m=$((1024 ** 2)) ;;
-        *[gG]) m=$((1024 ** 3)) ;;
-    esac
-    n=${v%[kKmMgG]}
-    [[ $n =~ ^[0-9]+$ ]] || { echo "$prog: bad size '$v'" >&2; exit 2; }
-    echo $((n * m))
-}
-size_b=$(to_bytes "$size")
+# die, log, size_arg, servers, control, fio, median (bench/lib.sh)
+. "$srcdir/lib.sh"
+size_b=$(size_arg "$size")
 half_b=$((size_b / 2))
 [ $((size_b % (2 * 1024 * 1024))) -eq 0 ] ||
     { echo "$prog: --size must be a multiple of 2M" >&2; exit 2; }
@@ -145,91 +134,13 @@ fio --enghelp=nbd >/dev/null 2>&1 ||
 PY=/usr/bin/python3
 
 WORK=$(mktemp -d "$workroot/ramback-bench-filter.XXXXXX")
-pids=()
 cleanup () {
-    local p
     set +e
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do
-        for _ in $(seq 600); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$p" 2>/dev/null
-    done
+    kill_servers
     if [ "$keep" = yes ]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-log () { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-
-# start_server NAME ARGS...: nbdkit on a Unix socket; sets NAME_uri,
-# NAME_sock, NAME_pid.
-start_server () {
-    local name=$1; shift
-    local sock=$WORK/$name.sock pidf=$WORK/$name.pid i
-    rm -f "$sock" "$pidf"
-    nbdkit -f -U "$sock" -P "$pidf" "$@" >"$WORK/$name.log" 2>&1 &
-    for (( i = 0; i < 15000; i++ )); do
-        [ -S "$sock" ] && [ -s "$pidf" ] && break
-        kill -0 $! 2>/dev/null || {
-            tail -20 "$WORK/$name.log" >&2; die "nbdkit $name failed to start"; }
-        sleep 0.002
-    done
-    [ -S "$sock" ] || die "nbdkit $name did not start"
-    pids+=("$(cat "$pidf")")
-    printf -v "${name}_pid" %s "$(cat "$pidf")"
-    printf -v "${name}_sock" %s "$sock"
-    printf -v "${name}_uri" %s "nbd+unix:///?socket=$sock"
-}
-
-stop_server () {
-    local pidv=${1}_pid p q np=()
-    p=${!pidv}
-    kill -TERM "$p" 2>/dev/null || return 0
-    while kill -0 "$p" 2>/dev/null; do sleep 0.02; done
-    for q in "${pids[@]}"; do [ "$q" = "$p" ] || np+=("$q"); done
-    pids=("${np[@]}")
-}
-
-# ctl SOCK REQUEST: one control request (waits for the server to start
-# answering: the filter form opens its plugin after nbdkit's fork).
-ctl () {
-    $PY - "$1" "$2" <<'EOP'
-import socket, sys, time
-for i in range(3000):
-    try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(sys.argv[1])
-        break
-    except OSError:
-        time.sleep(0.01)
-s.sendall((sys.argv[2] + "\n").encode())
-for line in s.makefile("r"):
-    line = line.rstrip("\r\n")
-    if line == "OK":
-        sys.exit(0)
-    if line.startswith("ERR "):
-        sys.exit("control: " + sys.argv[2] + ": " + line)
-    print(line)
-sys.exit("control: connection closed without a reply")
-EOP
-}
-
-fio_nbd () {
-    local uri=$1 out=$2; shift 2
-    fio --ioengine=nbd --uri="$uri" --output-format=json --output="$out" \
-        "$@" >/dev/null || { cat "$out" >&2 || true; die "fio failed on $uri"; }
-}
-
-fio_metric () {
-    $PY -c '
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-print(j[sys.argv[2]][sys.argv[3]])' "$@"
-}
-
-median () {
-    $PY -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@"
-}
 
 jobs=()
 IFS=, read -r -a jobs <<<"$jobs_arg"
@@ -284,50 +195,11 @@ stop_front () {
     [ "$2" != nbd ] || stop_server "${1}_bk"
 }
 
-# pending_bytes SOCK: dirty + in flight + written but not yet synced.
-pending_bytes () {
-    ctl "$1" "status json" | $PY -c '
-import json, sys
-v = json.load(sys.stdin)
-print(v["dirty_bytes"] + v["inflight_bytes"] + v["unsynced_bytes"])'
-}
-
-# timed_drain NAME: SIGTERM ramback NAME and print the seconds until its
-# clean stop has drained and synced (its control socket closes then).
-timed_drain () {
-    local pidv=${1}_pid p q np=()
-    p=${!pidv}
-    $PY - "$WORK/$1.ctl" "$p" <<'EOP'
-import os, signal, socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(sys.argv[1])
-f = s.makefile("rwb", buffering=0)
-t0 = time.time()
-os.kill(int(sys.argv[2]), signal.SIGTERM)
-try:
-    while True:
-        s.sendall(b"status json\n")
-        while True:
-            line = f.readline()
-            if not line:
-                raise EOFError
-            if line in (b"OK\n", b"OK\r\n") or line.startswith(b"ERR "):
-                break
-        time.sleep(0.002)
-except (EOFError, OSError):
-    pass
-print(time.time() - t0)
-EOP
-    while kill -0 "$p" 2>/dev/null; do sleep 0.01; done
-    for q in "${pids[@]}"; do [ "$q" = "$p" ] || np+=("$q"); done
-    pids=("${np[@]}")
-}
-
 # What a run leaves dirty is written back before the next one.
 quiesce () {
     local bk=$1
-    ctl "$WORK/${bk}_plugin.ctl" sync
-    ctl "$WORK/${bk}_filter.ctl" sync
+    ctl_wait "$WORK/${bk}_plugin.ctl" sync
+    ctl_wait "$WORK/${bk}_filter.ctl" sync
     nbdsh -u "$(eval echo "\$${bk}_cache_uri")" -c 'h.flush()'
     sync
 }
@@ -352,17 +224,18 @@ for bk in "${bk_list[@]}"; do
             cp "$WORK/image" "$WORK/pd.img"
             t0=$EPOCHREALTIME
             start_front pd "$bk" "$t" flush-rate=64K
-            ctl "$WORK/pd.ctl" wait-populated
+            ctl_wait "$WORK/pd.ctl" wait-populated
             t1=$EPOCHREALTIME
-            popv[$bk,$t]+=" $($PY -c "print($size_b / ($t1 - $t0))")"
+            popv[$bk,$t]+=" $(fdiv "$size_b" "$(fsub "$t1" "$t0")")"
             fio_nbd "$pd_uri" "$WORK/pd-w.json" --name=scatter \
                 --rw=write:64k --bs=64k --iodepth=32 --size="$size_b" \
                 --number_ios="$nios"
             pending=$(pending_bytes "$WORK/pd.ctl")
-            secs=$(timed_drain pd)
+            mapfile -t ts < <(timed_drain pd "$WORK/pd.ctl")
+            secs=${ts[0]}
             [ "$bk" != nbd ] || stop_server pd_bk
-            drainv[$bk,$t]+=" $($PY -c "print($pending / $secs)")"
-            log "$bk $t: populated in $($PY -c "print(round($t1 - $t0, 3))") s;" \
+            drainv[$bk,$t]+=" $(fdiv "$pending" "$secs")"
+            log "$bk $t: populated in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') s;" \
                 "$((pending >> 20)) MiB scattered drained in $secs s"
         done
     done
@@ -372,8 +245,8 @@ for bk in "${bk_list[@]}"; do
         cp "$WORK/image" "$WORK/${bk}_$t.img"
         start_front "${bk}_$t" "$bk" "$t"
     done
-    ctl "$WORK/${bk}_plugin.ctl" wait-populated
-    ctl "$WORK/${bk}_filter.ctl" wait-populated
+    ctl_wait "$WORK/${bk}_plugin.ctl" wait-populated
+    ctl_wait "$WORK/${bk}_filter.ctl" wait-populated
 
     for job in "${jobs[@]}"; do
         for (( i = 0; i < repeat; i++ )); do

@@ -78,22 +78,11 @@ else
     : "${size:=256M}" "${bw_size:=256M}" "${rate:=25M}" "${runtime:=10}"
 fi
 
-die () { echo "$prog: $*" >&2; exit 1; }
-
-to_bytes () {
-    local v=$1 n m=1
-    case $v in
-        *[kK]) m=1024 ;;
-        *[mM]) m=$((1024 ** 2)) ;;
-        *[gG]) m=$((1024 ** 3)) ;;
-    esac
-    n=${v%[kKmMgG]}
-    [[ $n =~ ^[0-9]+$ ]] || { echo "$prog: bad size '$v'" >&2; exit 2; }
-    echo $((n * m))
-}
-size_b=$(to_bytes "$size")
-bw_size_b=$(to_bytes "$bw_size")
-rate_b=$(to_bytes "$rate")
+# die, size_arg, start_server, ctl, status_field, arithmetic (bench/lib.sh)
+. "$srcdir/lib.sh"
+size_b=$(size_arg "$size")
+bw_size_b=$(size_arg "$bw_size")
+rate_b=$(size_arg "$rate")
 for v in "$delay" "$runtime"; do
     [[ $v =~ ^[0-9]+$ ]] || { echo "$prog: bad number '$v'" >&2; exit 2; }
 done
@@ -110,7 +99,7 @@ for c in nbdkit fio nbdcopy /usr/bin/python3; do
 done
 
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/bench-remote.XXXXXX")
-pids=()
+WORK=$W
 cleanup () {
     local p
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -118,23 +107,8 @@ cleanup () {
 }
 trap cleanup EXIT INT TERM
 
-now () { date +%s.%N; }
-
 # start_nbdkit NAME ARGS...: nbdkit -f on $W/NAME.sock; sets NAME_pid.
-start_nbdkit () {
-    local name=$1; shift
-    local sock="$W/$name.sock" pidf="$W/$name.pid" i
-    rm -f "$sock" "$pidf"
-    nbdkit -f -U "$sock" -P "$pidf" "$@" >"$W/$name.log" 2>&1 &
-    for (( i=0; i<600; i++ )); do
-        [ -S "$sock" ] && [ -s "$pidf" ] && break
-        kill -0 $! 2>/dev/null || { cat "$W/$name.log" >&2; die "nbdkit $name failed"; }
-        sleep 0.05
-    done
-    [ -s "$pidf" ] || die "nbdkit $name did not start"
-    pids+=("$(cat "$pidf")")
-    eval "${name}_pid=\$(cat \$pidf)"
-}
+start_nbdkit () { start_server "$@"; }
 
 stop_nbdkit () {
     local pid=$1 i
@@ -148,29 +122,6 @@ stop_nbdkit () {
 }
 
 uri () { echo "nbd+unix:///?socket=$W/$1.sock"; }
-
-ctl () {
-    /usr/bin/python3 - "$W/$1.ctl" "$2" <<'EOP'
-import socket, sys
-s = socket.socket (socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect (sys.argv[1])
-s.sendall ((sys.argv[2] + "\n").encode ())
-for line in s.makefile ("r"):
-    line = line.rstrip ("\n")
-    if line == "OK":
-        sys.exit (0)
-    if line.startswith ("ERR "):
-        print (line, file=sys.stderr)
-        sys.exit (1)
-    print (line)
-sys.exit (2)
-EOP
-}
-
-field () {
-    ctl "$1" "status json" | /usr/bin/python3 -c '
-import json, sys; print (json.load (sys.stdin)[sys.argv[1]])' "$2"
-}
 
 # fio_iops URI RW: one 4k QD1 job (randwrite gets fsync=1), prints IOPS.
 fio_iops () {
@@ -187,7 +138,8 @@ j = json.load (open (sys.argv[1]))["jobs"][0]
 print ("%.1f" % (j["read"]["iops"] + j["write"]["iops"]))' "$W/fio.json"
 }
 
-calc () { /usr/bin/python3 -c "print ($1)"; }
+# secs T0 T1: T1 - T0 with two decimals
+secs () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 echo "== $prog: size $size, bw-size $bw_size, delay ${delay}ms, rate $rate/s, fio ${runtime}s"
 
@@ -207,9 +159,9 @@ r_direct=$(fio_iops "$(uri slow)" randread)
 
 start_nbdkit rb "$PLUGIN" back="$(uri slow)" control="$W/rb.ctl" fsync=ignore
 t0=$(now)
-ctl rb "wait-populated 600000"
+ctl "$W/rb.ctl" "wait-populated 600000"
 t1=$(now)
-echo "   (populate of $size over the delayed link: $(calc "round ($t1 - $t0, 2)") s)"
+echo "   (populate of $size over the delayed link: $(secs "$t0" "$t1") s)"
 echo "-- fio 4k randwrite QD1 fsync=1: ramback"
 w_rb=$(fio_iops "$(uri rb)" randwrite)
 echo "-- fio 4k randread QD1: ramback"
@@ -231,10 +183,10 @@ head -c "$bw_size_b" /dev/urandom >"$W/bw.img"
 echo "-- link: nbdcopy write and read, direct"
 sleep 1
 t0=$(now); nbdcopy "$W/bw.img" "$(uri link)"; t1=$(now)
-link_w=$(calc "$bw_size_b / ($t1 - $t0)")
+link_w=$(fdiv "$bw_size_b" "$(fsub "$t1" "$t0")")
 sleep 1
 t0=$(now); nbdcopy "$(uri link)" null:; t1=$(now)
-link_r=$(calc "$bw_size_b / ($t1 - $t0)")
+link_r=$(fdiv "$bw_size_b" "$(fsub "$t1" "$t0")")
 # Make it a hole again: the drain must write all of it.
 stop_nbdkit "$link_pid"
 rm -f "$W/link.img"; truncate -s "$bw_size_b" "$W/link.img"
@@ -243,15 +195,15 @@ start_nbdkit link --filter=delay --filter=rate file "$W/link.img" \
 
 echo "-- drain: $bw_size of dirty data through ramback"
 start_nbdkit rbw "$PLUGIN" back="$(uri link)" control="$W/rbw.ctl"
-ctl rbw "wait-populated 600000"
+ctl "$W/rbw.ctl" "wait-populated 600000"
 sleep 1
 t0=$(now)
 nbdcopy "$W/bw.img" "$(uri rbw)"
 t_written=$(now)
-ctl rbw "sync 3600000"
+ctl "$W/rbw.ctl" "sync 3600000"
 t1=$(now)
-drain=$(calc "$bw_size_b / ($t1 - $t0)")
-echo "   (written into RAM in $(calc "round ($t_written - $t0, 2)") s, drained in $(calc "round ($t1 - $t0, 2)") s)"
+drain=$(fdiv "$bw_size_b" "$(fsub "$t1" "$t0")")
+echo "   (written into RAM in $(secs "$t0" "$t_written") s, drained in $(secs "$t0" "$t1") s)"
 stop_nbdkit "$rbw_pid"
 cmp "$W/bw.img" "$W/link.img" || die "the remote does not hold what was written"
 
@@ -259,12 +211,12 @@ echo "-- populate: $bw_size through ramback"
 sleep 1
 t0=$(now)
 start_nbdkit rbp "$PLUGIN" back="$(uri link)" control="$W/rbp.ctl"
-ctl rbp "wait-populated 3600000"
+ctl "$W/rbp.ctl" "wait-populated 3600000"
 t1=$(now)
-populate=$(calc "$bw_size_b / ($t1 - $t0)")
-loaded=$(field rbp loaded_bytes)
-conns=$(field rbp store_connections)
-inflight=$(field rbp store_inflight_max)
+populate=$(fdiv "$bw_size_b" "$(fsub "$t1" "$t0")")
+loaded=$(status_field "$W/rbp.ctl" loaded_bytes)
+conns=$(status_field "$W/rbp.ctl" store_connections)
+inflight=$(status_field "$W/rbp.ctl" store_inflight_max)
 [ "$loaded" -eq "$bw_size_b" ] || die "populate loaded $loaded bytes, not $bw_size_b"
 nbdcopy "$(uri rbp)" "$W/check.img"
 cmp "$W/bw.img" "$W/check.img" || die "populated device differs"

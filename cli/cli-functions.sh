@@ -2,7 +2,7 @@
 # Helpers of the ramback(1) tests, sourced after tests/functions.sh:
 #
 #   RAMBACK                   the command under test (the build tree's)
-#   fail MSG                  print FAIL: MSG and exit 1
+#   (fail, ctl and status_field are in tests/harness.sh)
 #   run_rb STATUS ARGS...     run "ramback ARGS", fail unless it exits
 #                             STATUS; stdout in $TMP/out, stderr in
 #                             $TMP/err; a failure must be exactly one
@@ -15,8 +15,6 @@
 
 RAMBACK="$top_builddir/cli/ramback"
 [ -x "$RAMBACK" ] || { echo "$0: $RAMBACK is not built" >&2; exit 1; }
-
-fail () { echo "FAIL: $*" >&2; exit 1; }
 
 run_rb () {
     local want=$1 rc=0

@@ -9,7 +9,7 @@
 
 #include <glib.h>
 
-#include "control.h"
+#include "client.h"
 #include "json.h"
 
 /* Send "status json" and parse the reply.  A reply that is not one

@@ -84,8 +84,8 @@ static bool read_only;
 static const char *const own_keys[] = {
   "ram", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
   "populate-rate", "flush-rate", "flush-delay", "populate", "overcommit",
-  "trace",
-  "control", "connections", "inflight", NULL
+  "trace", "control", "connections", "inflight", "journal",
+  "commit-interval", NULL
 };
 
 /* What stands for back= in a ram= image (ramimage.h): the parameters
@@ -166,6 +166,15 @@ ramback_filter_config_complete (nbdkit_next_config_complete *next,
                   "plugin at once", c->store.max_inflight, MAX_INFLIGHT);
     return -1;
   }
+  /* As in the plugin form (params.c); commit-interval= is at least
+   * 10 ms when given.
+   */
+  if (c->commit_interval_ms && c->journal == NULL) {
+    nbdkit_error ("commit-interval= only applies with journal= (without a "
+                  "journal there are no commits): add journal= or remove "
+                  "commit-interval=");
+    return -1;
+  }
   if (ramback_config_check_common () == -1)
     return -1;
   return next (nxdata);
@@ -194,6 +203,14 @@ ramback_filter_get_ready (int model)
                   "caches; give ram= a file of its own on a memory file "
                   "system, e.g. ram=/dev/shm/NAME.ramimg (ramback creates "
                   "it)", ramback_params.ram, back);
+    return -1;
+  }
+  if (ramback_params.journal &&
+      (back = claim_find (ramback_params.journal))) {
+    nbdkit_error ("journal=%s is the backing store itself (the same file "
+                  "as file=%s): the journal needs a store of its own "
+                  "(another file, device or export, ideally on another "
+                  "disk)", ramback_params.journal, back);
     return -1;
   }
   return ramback_glue_bind ();
@@ -427,6 +444,8 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   "trace=true|false        Trace every request (debug output).\n" \
   "connections=N           Contexts opened into the plugin.\n" \
   "inflight=N              Requests to the plugin at once (at most 64).\n" \
+  "journal=PATH|URI        Write-back journal: crash-consistent plugin.\n" \
+  "commit-interval=SECONDS Commit at least this often (with journal=).\n" \
   "Every other parameter is the plugin's."
 
 static struct nbdkit_filter filter = {

@@ -319,8 +319,7 @@ run_on (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
   ctx_unlock (st, c);
   sample = ru1.ru_nvcsw > ru0.ru_nvcsw ? BLOCK_ONE : 0;
   old = rb_atomic_load_relaxed (&st->blocking);
-  __atomic_store_n (&st->blocking, old - old / 8 + sample / 8,
-                    __ATOMIC_RELAXED);
+  rb_atomic_store_relaxed (&st->blocking, old - old / 8 + sample / 8);
   return r;
 }
 
@@ -568,7 +567,7 @@ next_flush (struct rb_store *s)
     int err = 0;
 
     for (i = 0; i < st->nctx; i++)
-      if (__atomic_exchange_n (&st->ctx[i].written, false, __ATOMIC_SEQ_CST))
+      if (rb_atomic_xchg (&st->ctx[i].written, false))
         any = true;
     if (!any)
       return 0;
@@ -585,7 +584,7 @@ next_flush (struct rb_store *s)
       struct ctx *c = &st->ctx[i];
       int err = 0, r;
 
-      if (!__atomic_exchange_n (&c->written, false, __ATOMIC_SEQ_CST))
+      if (!rb_atomic_xchg (&c->written, false))
         continue;
       ctx_lock (st, c);
       rb_atomic_add (&st->requests, 1);

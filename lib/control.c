@@ -140,11 +140,16 @@ static char *
 do_sync_now (struct rb *rb)
 {
   struct rb_stats st;
+  bool running;
 
   if (stored_now (rb))
     return reply_ok (NULL);
   rb_get_stats (rb, &st);
-  if (!rb->flusher_running || st.dirty_bytes + st.inflight_bytes +
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    running = rb->flusher_running;
+  }
+  if (!running || st.dirty_bytes + st.inflight_bytes +
       st.unsynced_bytes == 0) {
     /* Not running (the errors are rb_sync's), or busy finishing. */
     if (rb_sync (rb, 0) == 0)

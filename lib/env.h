@@ -43,7 +43,11 @@
  *           chunk map depends on seq_cst between "set state" and "set
  *           hint" (see sumbits.h), so do not weaken these without
  *           reading that.
- *             rb_atomic_load, rb_atomic_store, rb_atomic_load_relaxed
+ *             rb_atomic_load, rb_atomic_store, rb_atomic_load_relaxed,
+ *             rb_atomic_store_relaxed, rb_atomic_xchg_relaxed (flags
+ *               that order nothing else)
+ *             rb_atomic_load_acquire, rb_atomic_store_release (publish
+ *               data initialized before the store)
  *             rb_atomic_add, rb_atomic_sub, rb_atomic_or, rb_atomic_and
  *               (return the new value)
  *             rb_atomic_xchg (return the old value)

@@ -68,8 +68,7 @@
 #define BATCH_RUNS RB_FLUSH_BATCH_RUNS
 #define BATCH_BYTES (UINT64_C (64) * 1024 * 1024)
 #define ZERO_RUN_BYTES (UINT64_C (1) << 30)
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
+#include "backoff.h"
 #define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 /* Wait up to ns on the flusher's condition; returns early on stop. */
@@ -319,13 +318,10 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
 
   for (i = 0; i < nio; i++) {
     if (ios[i].err) {
-      char msg[200];
-      snprintf (msg, sizeof msg, "write back of %" PRIu64 " bytes at %"
-                PRIu64 ": %s", ios[i].count, ios[i].offset,
-                rb_strerror (ios[i].err));
       rb_redirty (rb, ios[i].offset, ios[i].count);
       rb_atomic_store (&rb->store_failing, true);
-      rb_record_error (rb, ios[i].err, msg);
+      rb_record_store_error (rb, ios[i].err, "write back",
+                             ios[i].count, ios[i].offset);
       if (first_err == 0)
         first_err = ios[i].err;
     }
@@ -393,7 +389,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
       if (err == 0)
         err = errno;
       flusher_sleep (rb, backoff * 1000000);
-      backoff = RB_MIN (backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+      backoff = rb_backoff_next_ms (backoff);
     }
     else
       backoff = BACKOFF_MIN_MS;
@@ -561,7 +557,7 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   if (err) {
     /* The store is failing: back off before the next sweep. */
     uint64_t delay = fs->backoff * 1000000;
-    fs->backoff = RB_MIN (fs->backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    fs->backoff = rb_backoff_next_ms (fs->backoff);
     if (rb->stopping)
       rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
                "back yet (%s); retrying", chunkmap_dirty (&rb->map),

@@ -21,6 +21,7 @@
 #define RAMBACK_INTERNAL_H
 
 #include "env.h"
+#include "error.h"
 #include "ramback.h"
 #include "chunkmap.h"
 #include "rangelock.h"
@@ -133,6 +134,9 @@ struct rb {
   bool started;                 /* [lock] */
   bool shut_down;               /* [lock] rb_shutdown finished */
   int shutdown_result;          /* [lock] */
+  /* Written [lock] by whoever starts or stops the thread; read under
+   * the lock, or without it by that same starting and stopping thread.
+   */
   bool flusher_running, populator_running;
   rb_thread flusher, populator;
 
@@ -221,8 +225,24 @@ rb_tracing (struct rb *rb)
   return rb_atomic_load_relaxed (&rb->trace);
 }
 
-/* core.c */
+/* core.c: count a failed backing store request, keep its message for
+ * status (last_error) and log it.
+ */
 extern void rb_record_error (struct rb *rb, int err, const char *what);
+
+/* The same for a request of count bytes at offset, what naming it
+ * ("write back", "populate read", ...): the one form of these messages.
+ */
+static inline void
+rb_record_store_error (struct rb *rb, int err, const char *what,
+                       uint64_t count, uint64_t offset)
+{
+  char msg[200];
+
+  snprintf (msg, sizeof msg, "%s of %" PRIu64 " bytes at %" PRIu64 ": %s",
+            what, count, offset, rb_strerror (err));
+  rb_record_error (rb, err, msg);
+}
 extern void rb_recompute_limit (struct rb *rb);
 
 /* populate.c */

@@ -357,14 +357,11 @@ writethrough (struct rb *rb, const struct req *r)
   else {
     /* The kernel has no errno: the request carries the error. */
     int err = io.err ? io.err : errno;
-    char msg[200];
 
-    snprintf (msg, sizeof msg, "writethrough of %" PRIu64 " bytes at %"
-              PRIu64 ": %s", r->count, r->offset, rb_strerror (err));
     rb_redirty (rb, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
     rb_atomic_store (&rb->store_failing, true);
-    rb_record_error (rb, err, msg);
+    rb_record_store_error (rb, err, "writethrough", r->count, r->offset);
     rb_set_error (err, "writethrough to the backing store failed "
                   "(the data is kept in RAM and will be retried)");
     ret = -1;

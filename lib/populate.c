@@ -23,10 +23,9 @@
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
+#include "backoff.h"
 
 #define BATCH_IOS 8
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 5000
 
 void
 rb_check_populated (struct rb *rb)
@@ -64,10 +63,7 @@ rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
     bytes = chunks_bytes (rb, c, len);
     if (rb_store_pread (rb->store, rb->ram.base + off, bytes, off) == -1) {
       int err = errno;
-      char msg[200];
-      snprintf (msg, sizeof msg, "load of %" PRIu64 " bytes at %" PRIu64
-                ": %s", bytes, off, rb_strerror (err));
-      rb_record_error (rb, err, msg);
+      rb_record_store_error (rb, err, "load", bytes, off);
       rb_set_error (err, "cannot load %" PRIu64 " bytes at %" PRIu64
                     " from the backing store", bytes, off);
       return -1;
@@ -234,11 +230,8 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   bytes = 0;
   for (i = 0; i < k; i++) {
     if (runs[i][1] > 0 && ios[i].err) {
-      char msg[200];
-      snprintf (msg, sizeof msg, "populate read of %" PRIu64 " bytes at %"
-                PRIu64 ": %s", ios[i].count, ios[i].offset,
-                rb_strerror (ios[i].err));
-      rb_record_error (rb, ios[i].err, msg);
+      rb_record_store_error (rb, ios[i].err, "populate read",
+                             ios[i].count, ios[i].offset);
       failed = true;
     }
     else if (runs[i][1] > 0) {
@@ -295,7 +288,7 @@ rb_populate_step (struct rb *rb, struct rb_populator_state *ps)
   next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
-    ps->backoff = RB_MIN (ps->backoff * 2, (uint64_t) BACKOFF_MAX_MS);
+    ps->backoff = rb_backoff_next_ms (ps->backoff);
     return delay;
   }
   ps->backoff = BACKOFF_MIN_MS;
@@ -334,7 +327,10 @@ rb_populator_start (struct rb *rb)
     rb_set_error (errno, "cannot start the populate thread");
     return -1;
   }
-  rb->populator_running = true;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->populator_running = true;
+  }
   return 0;
 }
 
@@ -348,6 +344,7 @@ rb_populator_stop (struct rb *rb)
   }
   if (rb->populator_running) {
     rb_thread_join (rb->populator);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->populator_running = false;
   }
 }

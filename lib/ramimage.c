@@ -1050,7 +1050,7 @@ ramimage_zero (struct ramimage *ri, uint64_t offset, uint64_t count)
        */
       if (r == 0 && ri->reserved &&
           fallocate (ri->fd, 0, ri->image_offset + a, b - a) == -1 &&
-          !__atomic_exchange_n (&ri->reserve_lost, true, __ATOMIC_RELAXED))
+          !rb_atomic_xchg_relaxed (&ri->reserve_lost, true))
         rb_warn ("ram=%s: cannot reserve again %" PRIu64 " bytes at %"
                  PRIu64 " after zeroing them (%s): that part of the "
                  "image is no longer reserved, and a write there can "

@@ -143,7 +143,7 @@ rw_direct (struct file_store *f, enum rb_io_op op, uint8_t *p,
         continue;
       if (errno == EINVAL) {
         /* The file system takes O_DIRECT at open but not this I/O. */
-        if (__atomic_exchange_n (&f->direct, false, __ATOMIC_RELAXED))
+        if (rb_atomic_xchg_relaxed (&f->direct, false))
           rb_log ("%s: direct I/O refused (%m): using the page cache",
                   f->path);
         return done;
@@ -170,7 +170,7 @@ rw_all (struct file_store *f, struct rb_io *io)
   /* Direct for the aligned middle, if buffer and offset align alike,
    * and for writes only if large (see the top of the file).
    */
-  if (__atomic_load_n (&f->direct, __ATOMIC_RELAXED) &&
+  if (rb_atomic_load_relaxed (&f->direct) &&
       (io->op != RB_IO_WRITE || io->count >= DIRECT_MIN_WRITE) &&
       ((uintptr_t) p & (a - 1)) == (io->offset & (a - 1))) {
     head = (a - (io->offset & (a - 1))) & (a - 1);
@@ -224,7 +224,7 @@ zero_range (struct file_store *f, uint64_t count, uint64_t offset)
 #endif
     return write_zeroes (f, count, offset);
   }
-  if (__atomic_load_n (&f->can_punch, __ATOMIC_RELAXED)) {
+  if (rb_atomic_load_relaxed (&f->can_punch)) {
     if (fallocate (f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                    offset, count) == 0)
       return 0;
@@ -234,7 +234,7 @@ zero_range (struct file_store *f, uint64_t count, uint64_t offset)
       return -1;
     }
     rb_log ("%s: cannot punch holes: %m (writing zeroes instead)", f->path);
-    __atomic_store_n (&f->can_punch, false, __ATOMIC_RELAXED);
+    rb_atomic_store_relaxed (&f->can_punch, false);
   }
   return write_zeroes (f, count, offset);
 }
@@ -315,7 +315,7 @@ static size_t
 file_status (struct rb_store *s, bool json, char *buf, size_t len)
 {
   struct file_store *f = s->handle;
-  bool direct = __atomic_load_n (&f->direct, __ATOMIC_RELAXED);
+  bool direct = rb_atomic_load_relaxed (&f->direct);
   int r;
 
   if (json) {

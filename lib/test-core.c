@@ -177,7 +177,7 @@ toggler_main (gpointer arg)
   struct rb *rb = arg;
   int i = 0;
 
-  while (__atomic_load_n (&toggling, __ATOMIC_SEQ_CST)) {
+  while (rb_atomic_load (&toggling)) {
     g_assert_cmpint (rb_set_mode (rb, (i++ & 1) ? RB_MODE_WRITETHROUGH
                                   : RB_MODE_WRITEBACK), ==, 0);
     if (i % 16 == 0)
@@ -210,7 +210,7 @@ run_concurrent (bool populate_race)
   write_file (path, model, size);
   rb = open_rb (path, 4096, populate_race ? slow_populate : NULL);
   if (!populate_race) {
-    __atomic_store_n (&toggling, 1, __ATOMIC_SEQ_CST);
+    rb_atomic_store (&toggling, 1);
     tog = g_thread_new ("toggle", toggler_main, rb);
   }
   for (i = 0; i < WRITERS; i++) {
@@ -221,7 +221,7 @@ run_concurrent (bool populate_race)
   for (i = 0; i < WRITERS; i++)
     g_thread_join (t[i]);
   if (tog) {
-    __atomic_store_n (&toggling, 0, __ATOMIC_SEQ_CST);
+    rb_atomic_store (&toggling, 0);
     g_thread_join (tog);
   }
   g_assert_cmpint (rb_close (rb), ==, 0);
@@ -265,7 +265,7 @@ sampler_main (gpointer arg)
   struct rb *rb = arg;
   struct rb_stats st;
 
-  while (__atomic_load_n (&sampling, __ATOMIC_SEQ_CST)) {
+  while (rb_atomic_load (&sampling)) {
     rb_get_stats (rb, &st);
     if (st.dirty_bytes + st.inflight_bytes > max_seen)
       max_seen = st.dirty_bytes + st.inflight_bytes;
@@ -289,7 +289,7 @@ test_dirty_limit (void)
   write_file (path, model, size);
   rb = open_rb (path, 4096, limited);
   g_assert_cmpint (rb_wait_populated (rb, 10000), ==, 0);
-  __atomic_store_n (&sampling, 1, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&sampling, 1);
   s = g_thread_new ("sampler", sampler_main, rb);
   for (i = 0; i < WRITERS; i++) {
     w[i] = (struct writer) { rb, i, model + (size_t) i * REGION, 100, false };
@@ -297,7 +297,7 @@ test_dirty_limit (void)
   }
   for (i = 0; i < WRITERS; i++)
     g_thread_join (t[i]);
-  __atomic_store_n (&sampling, 0, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&sampling, 0);
   g_thread_join (s);
   rb_get_stats (rb, &st);
   /* The limit is checked before each write, so it can be passed by at

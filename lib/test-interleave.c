@@ -153,8 +153,8 @@ __wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len)
   __real_ramimage_zero (ri, off, len);
   if (!hold_zero)
     return;
-  __atomic_store_n (&zero_held, true, __ATOMIC_SEQ_CST);
-  TS_WAIT (__atomic_load_n (&zero_go, __ATOMIC_SEQ_CST),
+  rb_atomic_store (&zero_held, true);
+  TS_WAIT (rb_atomic_load (&zero_go),
            "the test to let the held zero go on");
 }
 
@@ -336,7 +336,7 @@ job_main (gpointer arg)
   }
   if (j->r == 0 && j->op != J_READ && j->op != J_ZERO)
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
-  __atomic_store_n (&j->done, true, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&j->done, true);
   return NULL;
 }
 
@@ -356,7 +356,7 @@ job_join (struct job *j)
 static void
 wait_gate_job (struct ts_gate *g, struct job *j, const char *what)
 {
-  TS_WAIT (ts_gate_held (g) || __atomic_load_n (&j->done, __ATOMIC_SEQ_CST),
+  TS_WAIT (ts_gate_held (g) || rb_atomic_load (&j->done),
            what);
   if (!ts_gate_held (g))
     g_error ("%s: it returned (%d) without reaching the store", what, j->r);
@@ -396,12 +396,12 @@ test_flush_race (void)
                      .len = CHUNK, .off = x };
   job_start (&w);
   TS_WAIT (ts_gate_held (gw) || waiters (&f.rb->rl.released) > 0 ||
-           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&w.done),
            "the writethrough write to queue behind the write back");
   if (ts_gate_held (gw))
     g_error ("flush race: a writethrough write reached the store while a "
              "write back of the same chunk was in flight");
-  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&w.done))
     g_error ("flush race: a writethrough write completed while a write "
              "back of the same chunk was in flight");
   g_assert_cmpint (rb_pread (f.rb, got, CHUNK, x), ==, 0);
@@ -601,12 +601,12 @@ test_demand_load_waits (void)
                      .len = CHUNK, .off = x };
   job_start (&b);
   TS_WAIT (ts_gate_held (gb) || waiters (&f.rb->rl.released) > 0 ||
-           __atomic_load_n (&b.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&b.done),
            "the read to queue behind the write's range");
   if (ts_gate_held (gb))
     g_error ("a demand load of a chunk reached the store while a write "
              "was loading the same chunk");
-  if (__atomic_load_n (&b.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&b.done))
     g_error ("a read of a chunk returned while a write was loading the "
              "same chunk");
   ts_gate_open (ga);
@@ -733,9 +733,9 @@ test_dirty_max_inflight (void)
                      .len = 100, .off = 100 * CHUNK };
   job_start (&w);
   TS_WAIT (waiters (&f.rb->space_cond) > 0 ||
-           __atomic_load_n (&w.done, __ATOMIC_SEQ_CST),
+           rb_atomic_load (&w.done),
            "the writer to wait for dirty-max, or to finish");
-  if (__atomic_load_n (&w.done, __ATOMIC_SEQ_CST))
+  if (rb_atomic_load (&w.done))
     g_error ("a write went past dirty-max while the limit was all in "
              "flight to the store");
   ts_gate_open (g);
@@ -916,7 +916,7 @@ static int kicks;                       /* [atomic] */
 static void
 count_kick (struct rb *rb)
 {
-  __atomic_add_fetch (&kicks, 1, __ATOMIC_SEQ_CST);
+  rb_atomic_add (&kicks, 1);
   rb_flusher_kick (rb);
 }
 
@@ -964,7 +964,7 @@ test_data_paths (void)
   pieces_init (&f, &pc, w, 9000);
   g_assert_true (rb_try_pwrite (f.rb, &pc.data, 9000, y, 0));
   memcpy (f.model + y, w, 9000);
-  g_assert_cmpint (__atomic_load_n (&kicks, __ATOMIC_SEQ_CST), ==, 1);
+  g_assert_cmpint (rb_atomic_load (&kicks), ==, 1);
   memset (got, 0, 9000);
   pieces_init (&f, &pc, got, 9000);
   g_assert_true (rb_try_pread (f.rb, &pc.data, 9000, y));
@@ -1169,15 +1169,15 @@ test_zero_vs_write (void)
   fx_open (&f, 91, false, true, true, 0);
   sync_until_ok (f.rb);
   w = fx_random (&f, CHUNK);
-  __atomic_store_n (&zero_held, false, __ATOMIC_SEQ_CST);
-  __atomic_store_n (&zero_go, false, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&zero_held, false);
+  rb_atomic_store (&zero_go, false);
   z = (struct job) { .f = &f, .tag = "zeroer", .op = J_ZERO,
                      .len = CHUNK, .off = x };
   job_start (&z);
-  TS_WAIT (__atomic_load_n (&zero_held, __ATOMIC_SEQ_CST),
+  TS_WAIT (rb_atomic_load (&zero_held),
            "the zero to reach RAM");
   fx_write (&f, w, CHUNK, x, 0);        /* W, after Z in RAM */
-  __atomic_store_n (&zero_go, true, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&zero_go, true);
   job_join (&z);
   g_assert_cmpint (z.r, ==, 0);
   fx_finish (&f, "a write racing a zero of the same chunk");

@@ -37,10 +37,9 @@ stress (gpointer arg)
       b = UNITS;
     rangelock_acquire (&rl, &n, a, b, k % 3);
     for (u = a; u < b; u++)
-      g_assert_cmpint (__atomic_fetch_add (&holders[u], 1,
-                                           __ATOMIC_SEQ_CST), ==, 0);
+      g_assert_cmpint (rb_atomic_add (&holders[u], 1), ==, 1);
     for (u = a; u < b; u++)
-      __atomic_fetch_sub (&holders[u], 1, __ATOMIC_SEQ_CST);
+      rb_atomic_sub (&holders[u], 1);
     rangelock_release (&rl, &n);
   }
   g_rand_free (r);
@@ -85,7 +84,7 @@ waiter_main (gpointer arg)
   g_mutex_lock (&order_lock);
   order[norder++] = w->id;
   g_mutex_unlock (&order_lock);
-  __atomic_store_n (&granted[w->id], 1, __ATOMIC_SEQ_CST);
+  rb_atomic_store (&granted[w->id], 1);
   rangelock_release (&rl, &w->n);
   return NULL;
 }

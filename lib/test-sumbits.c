@@ -16,7 +16,7 @@ static bool *model;
 static bool
 still_model (void *arg, uint64_t i)
 {
-  return __atomic_load_n (&((bool *) arg)[i], __ATOMIC_SEQ_CST);
+  return rb_atomic_load (&((bool *) arg)[i]);
 }
 
 /* Every item set in the model must be found by walking sumbits_next(),
@@ -102,11 +102,11 @@ setter (gpointer arg)
   for (k = 0; k < 200000; k++) {
     uint64_t i = g_rand_int_range (r, 0, N);
     if (g_rand_boolean (r)) {
-      __atomic_store_n (&model[i], true, __ATOMIC_SEQ_CST);
+      rb_atomic_store (&model[i], true);
       sumbits_set (&csb, i);
     }
     else
-      __atomic_store_n (&model[i], false, __ATOMIC_SEQ_CST);
+      rb_atomic_store (&model[i], false);
   }
   g_rand_free (r);
   return NULL;

@@ -15,7 +15,7 @@
 #   g_wait_guest NAME [TIMEOUT]       wait for the guest to power off;
 #                                     fails unless it reported PASS
 #   g_time NAME KEY           a RAMBACK-TIME value from the serial log
-#   ctl SOCK REQUEST          one control-socket request (docs/ramback-control.pod)
+#   ctl SOCK REQUEST          one control-socket request (tests/harness.sh)
 #   status_field SOCK NAME    one field of "status json"
 #
 # Every process started here is killed (SIGKILL) at exit whatever
@@ -35,6 +35,9 @@ GUEST_SMP=${RAMBACK_GUEST_SMP:-1}
 # Bounds for one guest boot.  TCG is slow; these are generous so a loaded
 # CI machine does not fail, yet a hung guest cannot hang the run.
 BOOT_TIMEOUT=${RAMBACK_GUEST_TIMEOUT:-600}
+
+# serve_bg, ctl, status_field
+. "$guest_srcdir/../tests/harness.sh"
 
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/ramback-guest.XXXXXX")
 _g_pids=()
@@ -85,7 +88,8 @@ _g_initrd=$T/initrd.img
   ov=$T/overlay
   mkdir -p "$ov/guest" "$ov/src"
   cp "$guest_srcdir/guest/init" "$ov/init"
-  cp "$guest_srcdir/guest/lib.sh" "$guest_srcdir/guest/steps.sh" "$ov/guest/"
+  cp "$guest_srcdir/guest/console.sh" "$guest_srcdir/guest/lib.sh" \
+     "$guest_srcdir/guest/steps.sh" "$ov/guest/"
   for p in a b quick; do cp "$CACHE/src-$p.sha256" "$ov/src/$p.sha256"; done
   chmod 755 "$ov/init"
   cd "$ov" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1
@@ -151,18 +155,15 @@ export GUEST_ACCEL=$_g_accel
 # ---- nbdkit ----------------------------------------------------------------
 g_nbdkit () {
   local name=$1; shift
-  local sock=$T/$name.sock i
-  rm -f "$sock"
-  "$NBDKIT" -f -U "$sock" --exit-with-parent "$@" >"$T/$name.log" 2>&1 &
-  local pid=$!
-  _g_pids+=("$pid")
-  for (( i = 0; i < 300; i++ )); do
-    [ -S "$sock" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$T/$name.log" >&2; die "nbdkit $name did not start"; }
-    sleep 0.1
-  done
-  [ -S "$sock" ] || die "nbdkit $name: no socket after 30 s"
-  eval "${name}_pid=$pid ${name}_sock=\$sock"
+  local sock=$T/$name.sock
+  : >"$T/$name.log"
+  if ! SERVE_TIMEOUT=30 serve_bg "$sock" "" "$T/$name.log" \
+       "$NBDKIT" -f -U "$sock" --exit-with-parent "$@"; then
+    _g_pids+=("$SERVE_JOB")
+    die "nbdkit $name did not start"
+  fi
+  _g_pids+=("$SERVE_JOB")
+  eval "${name}_pid=$SERVE_PID ${name}_sock=\$sock"
 }
 
 g_ramback () {
@@ -196,33 +197,6 @@ g_kill9 () {   # g_kill9 PID...: the power cut, all at the same instant
   kill -9 "$@" 2>/dev/null || true
   local p
   for p in "$@"; do wait "$p" 2>/dev/null || true; done
-}
-
-ctl () {
-  local sock=$1; shift
-  /usr/bin/python3 - "$sock" "$*" <<'EOP'
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(sys.argv[1])
-s.sendall((sys.argv[2] + "\n").encode())
-for line in s.makefile("r"):
-    line = line.rstrip("\n")
-    if line == "OK":
-        sys.exit(0)
-    if line.startswith("ERR "):
-        print(line, file=sys.stderr)
-        sys.exit(1)
-    print(line)
-print("control socket closed without a reply", file=sys.stderr)
-sys.exit(2)
-EOP
-}
-
-status_field () {
-  ctl "$1" status json | /usr/bin/python3 -c '
-import json, sys
-v = json.load(sys.stdin)[sys.argv[1]]
-print(str(v).lower() if isinstance(v, bool) else v)' "$2"
 }
 
 # ---- guests ----------------------------------------------------------------

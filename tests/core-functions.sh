@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Helpers of the core plugin's tests, sourced after functions.sh:
 #
-# (start_rb, stop_rb and fail are in functions.sh)
+# (start_rb, stop_rb are in functions.sh; fail, ctl, serve_bg in harness.sh)
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   sha FILE               SHA-256 of FILE
 #   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
@@ -26,19 +26,11 @@ sha () { sha256sum "$1" | cut -d' ' -f1; }
 # NAME_uri, NAME_pid, NAME_log.  Stop it with stop_nbdkit "$NAME_pid".
 start_backing () {
     local name=$1; shift
-    local sock="$TMP/$name.bsock" pidf="$TMP/$name.bpid" log="$TMP/$name.blog" i
-    rm -f "$sock" "$pidf"
-    nbdkit -f -U "$sock" -P "$pidf" "$@" >"$log" 2>&1 &
-    for (( i=0; i<300; i++ )); do
-        [ -S "$sock" ] && [ -s "$pidf" ] && break
-        if ! kill -0 $! 2>/dev/null; then
-            tail -20 "$log" >&2
-            fail "backing nbdkit $name did not start"
-        fi
-        sleep 0.1
-    done
-    [ -S "$sock" ] || fail "backing nbdkit $name did not create $sock"
-    eval "${name}_pid=\$(cat \"\$pidf\") ${name}_log=\$log"
+    local sock="$TMP/$name.bsock" pidf="$TMP/$name.bpid" log="$TMP/$name.blog"
+    : >"$log"
+    serve_bg "$sock" "$pidf" "$log" nbdkit -f -U "$sock" -P "$pidf" "$@" ||
+        fail "backing nbdkit $name did not start"
+    eval "${name}_pid=\$SERVE_PID ${name}_log=\$log"
     eval "${name}_uri=nbd+unix:///?socket=\$sock"
-    cleanup_fn _kill_if_running "$(cat "$pidf")"
+    cleanup_fn kill_if_running "$SERVE_PID"
 }

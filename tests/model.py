@@ -16,11 +16,13 @@ import errno
 import json
 import os
 import random
-import socket
 import sys
 import time
 
 import nbd
+
+import rbctl
+from rbctl import ControlError
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -154,52 +156,8 @@ def connect (uri):
 
 # --- control socket --------------------------------------------------------
 
-class ControlError (Exception):
-    def __init__ (self, request, reply):
-        Exception.__init__ (self, "control request %r: %s" % (request, reply))
-        self.reply = reply
-        # "ERR ENOSPC message" -> "ENOSPC"
-        parts = reply.split (" ", 2)
-        self.errname = parts[1] if len (parts) > 1 else ""
-
-
-class Control:
-    """One connection to the control socket; requests are serialized."""
-
-    def __init__ (self, path, timeout=120):
-        self.path = path
-        self.sock = socket.socket (socket.AF_UNIX, socket.SOCK_STREAM)
-        # A blocking connect waits while the listen backlog is full; with
-        # a timeout set, AF_UNIX fails at once with EAGAIN instead.
-        self.sock.connect (path)
-        self.sock.settimeout (timeout)
-        self.f = self.sock.makefile ("rb")
-
-    def close (self):
-        self.f.close ()
-        self.sock.close ()
-
-    def raw (self, line):
-        """Send one request (bytes or str, newline added); return
-        (final line, data lines).  final is "" if the server closed."""
-        if isinstance (line, str):
-            line = line.encode ()
-        self.sock.sendall (line + b"\n")
-        data = []
-        while True:
-            l = self.f.readline ()
-            if not l:
-                return "", data
-            l = l.decode (errors="replace").rstrip ("\r\n")
-            if l == "OK" or l.startswith ("ERR "):
-                return l, data
-            data.append (l)
-
-    def __call__ (self, line):
-        final, data = self.raw (line)
-        if final != "OK":
-            raise ControlError (line, final or "connection closed")
-        return data
+class Control (rbctl.Control):
+    """rbctl.Control with the tests' failure reporting and waits."""
 
     def status (self):
         data = self ("status json")

@@ -12,7 +12,8 @@
 #   kill_remote NAME [SIGNAL]     kill (default -9) and wait until it is
 #                                 gone; fails on a sanitizer report in
 #                                 its log (remote_log_clean NAME)
-#   (start_rb, stop_rb and fail are in functions.sh)
+#   (start_rb, stop_rb are in functions.sh; fail, ctl, status_field in
+#   harness.sh)
 #   rio ARGS...                   remote-io.py (data generator/checker)
 #   wait_status SOCK FIELD VALUE [SECONDS]
 #                                 poll "status json" until FIELD == VALUE
@@ -54,53 +55,27 @@ _wait_gone () {
     return 1
 }
 
-_wait_socket () {
-    local sock=$1 pid=$2 log=$3 i
-    for (( i=0; i<300; i++ )); do
-        [ -S "$sock" ] && return 0
-        if _gone "$pid"; then
-            echo "server failed to start:" >&2; tail -20 "$log" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "server did not create $sock" >&2; tail -20 "$log" >&2
-    return 1
-}
-
 start_remote () {
     local name=$1; shift
     local sock="$TMP/$name.rsock" pidf="$TMP/$name.rpid" log="$TMP/$name.rlog"
-    rm -f "$sock" "$pidf"
-    "${_remote_env[@]}" nbdkit -f -v -U "$sock" -P "$pidf" "$@" >>"$log" 2>&1 &
-    local i
-    for (( i=0; i<300; i++ )); do
-        [ -S "$sock" ] && [ -s "$pidf" ] && break
-        kill -0 $! 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ ! -S "$sock" ] || [ ! -s "$pidf" ]; then
-        echo "remote nbdkit $name did not start:" >&2; tail -20 "$log" >&2
-        return 1
-    fi
-    eval "${name}_sock=\$sock ${name}_log=\$log"
-    eval "${name}_pid=\$(cat \$pidf)"
+    serve_bg "$sock" "$pidf" "$log" \
+        "${_remote_env[@]}" nbdkit -f -v -U "$sock" -P "$pidf" "$@" || {
+        echo "remote nbdkit $name did not start" >&2; return 1; }
+    eval "${name}_sock=\$sock ${name}_log=\$log ${name}_pid=\$SERVE_PID"
     eval "${name}_uri=nbd+unix:///?socket=\$sock"
-    cleanup_fn _kill_if_running "$(cat "$pidf")"
+    cleanup_fn kill_if_running "$SERVE_PID"
 }
 
 start_qemu_nbd () {
     local name=$1 file=$2; shift 2
     local sock="$TMP/$name.rsock" log="$TMP/$name.rlog"
-    rm -f "$sock"
     # -e 8: several clients at once (qemu-nbd then advertises multi-conn);
     # -t: stay up when ramback disconnects and comes back.
-    qemu-nbd -f raw -t -e 8 -k "$sock" --cache=writeback --discard=unmap \
-        "$@" "$file" >>"$log" 2>&1 &
-    local pid=$!
-    cleanup_fn _kill_if_running "$pid"
-    _wait_socket "$sock" "$pid" "$log" || return 1
-    eval "${name}_sock=\$sock ${name}_log=\$log ${name}_pid=\$pid"
+    serve_bg "$sock" "" "$log" \
+        qemu-nbd -f raw -t -e 8 -k "$sock" --cache=writeback --discard=unmap \
+        "$@" "$file" || { kill_if_running "$SERVE_JOB"; return 1; }
+    cleanup_fn kill_if_running "$SERVE_PID"
+    eval "${name}_sock=\$sock ${name}_log=\$log ${name}_pid=\$SERVE_PID"
     eval "${name}_uri=nbd+unix:///?socket=\$sock"
 }
 

@@ -265,6 +265,13 @@ static inline uint64_t rb_phys_mem(void)
 })
 
 #define rb_atomic_load_relaxed(p) READ_ONCE(*(p))
+#define rb_atomic_store_relaxed(p, v) WRITE_ONCE(*(p), (v))
+#define rb_atomic_xchg_relaxed(p, v) ({					\
+	rb_atomic_check_size_ls(p);					\
+	xchg_relaxed((p), (v));						\
+})
+#define rb_atomic_load_acquire(p) smp_load_acquire(p)
+#define rb_atomic_store_release(p, v) smp_store_release((p), (v))
 
 #define rb_atomic_store(p, v) do {					\
 	rb_atomic_check_size_ls(p);					\

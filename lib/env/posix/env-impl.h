@@ -86,6 +86,13 @@ rb_set_errno (int e)
   __atomic_compare_exchange_n ((p), (oldp), (v), false, \
                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 #define rb_atomic_load_relaxed(p) __atomic_load_n ((p), __ATOMIC_RELAXED)
+#define rb_atomic_store_relaxed(p, v) \
+  __atomic_store_n ((p), (v), __ATOMIC_RELAXED)
+#define rb_atomic_xchg_relaxed(p, v) \
+  __atomic_exchange_n ((p), (v), __ATOMIC_RELAXED)
+#define rb_atomic_load_acquire(p) __atomic_load_n ((p), __ATOMIC_ACQUIRE)
+#define rb_atomic_store_release(p, v) \
+  __atomic_store_n ((p), (v), __ATOMIC_RELEASE)
 #define rb_atomic_fence() __atomic_thread_fence (__ATOMIC_SEQ_CST)
 
 #endif /* RAMBACK_ENV_IMPL_H */

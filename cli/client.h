@@ -6,8 +6,8 @@
  * exit status here (cli.h), with a message that names the socket.
  */
 
-#ifndef RAMBACK_CLI_CONTROL_H
-#define RAMBACK_CLI_CONTROL_H
+#ifndef RAMBACK_CLI_CLIENT_H
+#define RAMBACK_CLI_CLIENT_H
 
 #include <glib.h>
 
@@ -54,4 +54,4 @@ extern gboolean ctl_wait_reply (struct ctl *c, int timeout_ms,
 extern gboolean ctl_request (struct ctl *c, const char *request,
                              GPtrArray **lines, GError **err);
 
-#endif /* RAMBACK_CLI_CONTROL_H */
+#endif /* RAMBACK_CLI_CLIENT_H */

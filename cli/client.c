@@ -14,7 +14,7 @@
 #include <sys/un.h>
 
 #include "cli.h"
-#include "control.h"
+#include "client.h"
 
 /* Longest reply line we accept.  "status json" is well under 4 KiB; a
  * longer line means we are not talking to ramback.

@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# shellcheck shell=bash
+# Helpers shared by the benchmarks.  Source it after setting prog (the
+# script's name, for messages) and WORK (the work directory); it
+# sources tests/harness.sh (fail, to_bytes, serve_bg, ctl, status_field).
+#
+#   die MSG / log MSG      error and exit 1 / a time-stamped line on stderr
+#   size_arg SIZE          to_bytes, exiting 2 on a bad size
+#   now                    wall clock seconds (floating point)
+#   fadd A B / fsub A B / fdiv A B   floating point arithmetic (awk)
+#   mib BYTES              whole MiB
+#   ratio A B              A / B with two decimals
+#   median N...            the median (the mean of the middle two if even)
+#   start_server NAME ARGS...  nbdkit ARGS on $WORK/NAME.sock; sets
+#                          NAME_pid, NAME_sock, NAME_uri; killed at exit
+#                          by kill_servers
+#   stop_server NAME       SIGTERM (ramback drains first) and wait
+#   kill_servers           SIGTERM every server still running, SIGKILL
+#                          after 60 s (for the script's exit trap)
+#   wait_ctl SOCK          wait (30 s at most) for a control socket
+#   ctl_wait SOCK REQUEST  ctl, retrying the connection for 30 s
+#   status_fields SOCK FIELD...  fields of "status json", one a line
+#   pending_bytes SOCK     dirty + in flight + written but not synced
+#   timed_drain NAME SOCK  SIGTERM ramback NAME, print the seconds until
+#                          its clean stop drained and synced (its control
+#                          socket closes then), then the seconds until the
+#                          process was gone
+#   fio_nbd URI OUT ARGS...     fio's nbd engine, JSON into OUT
+#   fio_metric FILE read|write iops|bw_bytes|runtime
+#   fio_runtime FILE read|write seconds the job ran
+#   drop_caches            sync, and drop the page cache if we may
+#   fs_type DIR            the file system type name
+
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/harness.sh"
+
+die () { echo "$prog: $*" >&2; exit 1; }
+log () { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+size_arg () { to_bytes "$1" 2>/dev/null || { echo "$prog: bad size '$1'" >&2; exit 2; }; }
+
+now () { echo "$EPOCHREALTIME"; }
+fadd () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.9g\n", a + b }'; }
+fsub () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.9g\n", a - b }'; }
+fdiv () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.9g\n", a / b }'; }
+mib () { awk -v a="$1" 'BEGIN { printf "%d\n", a / 1048576 }'; }
+ratio () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", a / b }'; }
+median () {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+        END { if (NR % 2) printf "%.9g\n", v[(NR + 1) / 2]
+              else printf "%.9g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+pids=()
+start_server () {
+    local name=$1; shift
+    local sock=$WORK/$name.sock
+    : >"$WORK/$name.log"
+    SERVE_POLL=0.002 SERVE_TIMEOUT=30 serve_bg "$sock" "$WORK/$name.pid" \
+        "$WORK/$name.log" nbdkit -f -U "$sock" -P "$WORK/$name.pid" "$@" ||
+        die "nbdkit $name failed to start"
+    pids+=("$SERVE_PID")
+    printf -v "${name}_pid" %s "$SERVE_PID"
+    printf -v "${name}_sock" %s "$sock"
+    printf -v "${name}_uri" %s "nbd+unix:///?socket=$sock"
+}
+
+_forget_pid () {
+    local q np=()
+    for q in "${pids[@]}"; do [ "$q" = "$1" ] || np+=("$q"); done
+    pids=("${np[@]}")
+}
+
+stop_server () {
+    local pidv=${1}_pid p
+    p=${!pidv}
+    kill -TERM "$p" 2>/dev/null || return 0
+    while kill -0 "$p" 2>/dev/null; do sleep 0.02; done
+    _forget_pid "$p"
+}
+
+kill_servers () {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do
+        for _ in $(seq 600); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null
+    done
+    pids=()
+}
+
+wait_ctl () {
+    local i
+    for (( i = 0; i < 6000; i++ )); do
+        [ -S "$1" ] && return 0
+        sleep 0.005
+    done
+    die "control socket $1 did not appear"
+}
+
+ctl_wait () { /usr/bin/python3 "$RBCTL" --wait "$@"; }
+
+status_fields () { status_field "$@"; }
+
+pending_bytes () {
+    local st
+    mapfile -t st < <(status_field "$1" dirty_bytes inflight_bytes unsynced_bytes)
+    [ "${#st[@]}" -eq 3 ] || die "status json on $1 failed"
+    echo $(( st[0] + st[1] + st[2] ))
+}
+
+timed_drain () {
+    local pidv=${1}_pid p drained t1
+    p=${!pidv}
+    drained=$(/usr/bin/python3 "$RBCTL" --drain-time "$2" "$p")
+    while kill -0 "$p" 2>/dev/null; do sleep 0.002; done
+    t1=$(now)
+    _forget_pid "$p"
+    echo "${drained%%$'\n'*}"
+    fsub "$t1" "${drained##*$'\n'}"
+}
+
+fio_nbd () {
+    local uri=$1 out=$2; shift 2
+    fio --ioengine=nbd --uri="$uri" --output-format=json --output="$out" \
+        "$@" >/dev/null || { cat "$out" >&2 || true; die "fio failed on $uri"; }
+}
+
+fio_metric () {
+    /usr/bin/python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+v = j[sys.argv[2]][sys.argv[3]]
+print(v / 1000.0 if sys.argv[3] == "runtime" else v)' "$@"
+}
+fio_runtime () { fio_metric "$1" "$2" runtime; }
+
+can_drop=no
+if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
+    can_drop=yes
+fi
+drop_caches () {
+    sync
+    [ "$can_drop" = no ] || echo 3 > /proc/sys/vm/drop_caches
+}
+
+# findmnt says ext4 where stat says ext2/ext3.
+fs_type () {
+    local t
+    t=$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null | head -n1) || t=
+    [ -n "$t" ] || t=$(stat -f -c %T "$1")
+    echo "$t"
+}
