@@ -5,6 +5,7 @@
 # write-back, not a whole chunk each: stored_bytes / written_bytes
 # <= 1.5 for both.  Then the backing file must equal the RAM image
 # byte for byte (sector-sized write-back must not lose any write).
+# And sequential writes still go out as one large request.
 
 source "$top_builddir/tests/functions.sh"
 
