@@ -33,12 +33,13 @@ debs=$(cd "$CACHE/.." && pwd)/debs
 # The virtio PCI transport and disks, device-mapper itself, dm-delay (a
 # slow backing device, to hold write back in flight while the test races
 # writes and populate against it; the error target is part of dm-mod),
-# and the filesystems the fs phases make.
+# the filesystems the fs phases make, and brd (the benchmark's RAM disk;
+# the guests load it themselves, sized).
 "$mk" $verbose -c "$CACHE" -D "$debs" -n base \
   -p "busybox-static dmsetup libdevmapper1.02.1 libc6 libselinux1
       libudev1 libpcre2-8-0 e2fsprogs libext2fs2 libcom-err2 libblkid1
       libuuid1 xfsprogs libinih1 liburcu8" \
-  -m "virtio_pci virtio_blk dm-mod dm-delay ext4 xfs" \
+  -m "virtio_pci virtio_blk dm-mod dm-delay ext4 xfs brd" \
   -b "sbin/dmsetup sbin/mke2fs sbin/e2fsck sbin/mkfs.xfs sbin/xfs_repair" \
   -l "sbin/mkfs.ext4=mke2fs"
 

@@ -52,7 +52,8 @@
  * Nothing waits on it: a stop, a sync ticket (rb_sync, FLUSH with
  * fsync=wait), writethrough mode and a writer at the dirty limit
  * (dirty-max=, ups-window=) end the wait at once (rb_flusher_hurry,
- * flusher_delaying).
+ * flusher_delaying), and no wait begins while the dirty data is over
+ * half the limit, so that writers do not stall on it.
  *
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
@@ -438,7 +439,7 @@ may_delay_locked (struct rb *rb, uint64_t target)
   return rb->cfg.flush_delay > 0 && !rb->stopping &&
     rb->sync_requested == target &&
     rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
-    !rb_over_dirty_limit (rb);
+    !rb_dirty_pressure (rb);
 }
 
 /* Wait until deadline while may_delay_locked.  flusher_delaying is set

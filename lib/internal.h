@@ -312,6 +312,8 @@ extern void rb_resume_map (struct rb *rb);
 extern void rb_throttle (struct rb *rb);
 /* Would rb_throttle wait now?  Lock-free (rb_try_pwrite). */
 extern bool rb_over_dirty_limit (struct rb *rb);
+/* Over half the dirty limit: write back should not wait (flush.c). */
+extern bool rb_dirty_pressure (struct rb *rb);
 
 /* A request's data when it is not one flat buffer (the kernel target:
  * a bio's pages).  copy() moves all 'count' bytes of the request, from

@@ -264,12 +264,24 @@ rb_over_dirty_limit (struct rb *rb)
   return limit != 0 && over (rb, limit);
 }
 
+bool
+rb_dirty_pressure (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+  return limit != 0 && over (rb, limit / 2);
+}
+
 void
 rb_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
 #define OVER() over (rb, limit)
+  /* flush-delay=: past half the limit, write back waits no more. */
+  if (limit != 0 && rb_atomic_load (&rb->flusher_delaying) &&
+      over (rb, limit / 2))
+    rb_flusher_hurry (rb);
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
