@@ -56,7 +56,10 @@ flock 9
 srcver=$(apt-cache policy "$srcpkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
 [ -n "$srcver" ] && [ "$srcver" != "(none)" ] ||
   die "package $srcpkg is unknown to apt (run apt-get update)"
-key=$( { echo "$srcpkg=$srcver"; cat "$0"; } | sha256sum | cut -c1-16)
+# Keyed on the package and on this section alone: another package list
+# (two worktrees sharing the cache) must not remake the tarballs.
+key=$( { echo "$srcpkg=$srcver"; sed -n '/^# ---- the source tarballs/,/^fi$/p' "$0"; } |
+       sha256sum | cut -c1-16)
 if [ "$(cat "$CACHE/src.stamp" 2>/dev/null)" != "$key" ]; then
   say "building the source tarballs from $srcpkg=$srcver"
   work=$(mktemp -d "$CACHE/.work.XXXXXX")
