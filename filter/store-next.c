@@ -77,6 +77,10 @@
  * Like every store, a failure is returned to the core, which keeps the
  * data dirty, counts it and retries; state goes FAILING on a failed
  * request and back to OK on the next good one.
+ *
+ * Why one file of over 1,000 lines: the contexts, the thread model's
+ * locks and the workers that run pieces share one state and one set of
+ * rules (above); split, each part would need all of it.
  */
 
 #include <config.h>

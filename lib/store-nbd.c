@@ -87,6 +87,12 @@
  * cache: every flush() that began before some flush() has reported that
  * loss (by returning EIO) fails with EIO too, and the core then writes
  * everything since the last good sync again.
+ *
+ * Files.  This one: the operations of the store (submit, flush,
+ * next_data, status, take_suspects, close) and open; its state and lock
+ * rules are in store-nbd.h, pieces in store-nbd-queue.c, connections in
+ * store-nbd-conn.c, a lost connection in store-nbd-loss.c.  Over 600
+ * lines because of the design notes above, which belong to all four.
  */
 
 

@@ -20,6 +20,9 @@
  *                        chosen moment (through the store's log)
  *
  * Every check compares data against a model kept in memory.
+ *
+ * Why one file of over 700 lines: one program, one check per function,
+ * all sharing the model and the server control above.
  */
 
 #include <config.h>
