@@ -47,38 +47,19 @@ PLUGIN=$build/plugin/.libs/nbdkit-ramback-plugin.so
 command -v fio >/dev/null || { echo "$prog: fio is needed" >&2; exit 1; }
 
 W=$(mktemp -d "$workroot/bench-journal.XXXXXX")
-pids=()
+WORK=$W
+# die, size_arg, start_server, stop_server, fio_metric, median, ratio
+. "$srcdir/lib.sh"
 cleanup () {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    kill_servers
     rm -rf "$W"
 }
 trap cleanup EXIT
-die () { echo "$prog: $*" >&2; exit 1; }
 
-size_b=$(numfmt --from=iec "$size")
+size_b=$(size_arg "$size")
 uri () { echo "nbd+unix:///?socket=$W/$1.sock"; }
-
-start () {
-    local name=$1; shift
-    rm -f "$W/$name.sock"
-    nbdkit -f -U "$W/$name.sock" "$@" >"$W/$name.log" 2>&1 &
-    pids+=($!)
-    eval "pid_$name=$!"
-    local i
-    for (( i=0; i<300; i++ )); do
-        [ -S "$W/$name.sock" ] && return 0
-        sleep 0.1
-    done
-    cat "$W/$name.log" >&2
-    die "nbdkit $name did not start"
-}
-stop () {
-    local p="pid_$1"
-    kill "${!p}"
-    wait "${!p}" 2>/dev/null || true
-}
+start () { start_server "$@"; }
+stop () { stop_server "$1"; }
 
 fio_iops () {
     local u=$1 job=$2 extra=()
@@ -91,10 +72,7 @@ fio_iops () {
         --norandommap --randrepeat=0 "${extra[@]}" \
         --output-format=json --output="$W/fio.json" >"$W/fio.err" 2>&1 ||
         { cat "$W/fio.err" >&2; die "fio $job on $u failed"; }
-    /usr/bin/python3 -c '
-import json, sys
-j = json.load (open (sys.argv[1]))["jobs"][0]
-print ("%.1f" % j["write"]["iops"])' "$W/fio.json"
+    printf '%.1f\n' "$(fio_metric "$W/fio.json" write iops)"
 }
 
 if [ "$delay" -gt 0 ]; then
@@ -143,15 +121,16 @@ for (( r=0; r<repeat; r++ )); do
     done
 done
 
-median () { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo
 printf '%-12s %10s %10s %10s %14s %14s\n' job plain journal nbdkit \
     journal/plain journal/nbdkit
 for j in "${jobs[@]}"; do
-    p=$(median "${res[plain,$j]}")
-    q=$(median "${res[journal,$j]}")
-    n=$(median "${res[nbdkit,$j]}")
+    # shellcheck disable=SC2086
+    p=$(median ${res[plain,$j]})
+    # shellcheck disable=SC2086
+    q=$(median ${res[journal,$j]})
+    # shellcheck disable=SC2086
+    n=$(median ${res[nbdkit,$j]})
     printf '%-12s %10s %10s %10s %14s %14s\n' "$j" "$p" "$q" "$n" \
-        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $p))")" \
-        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $n))")"
+        "$(ratio "$q" "$p")x" "$(ratio "$q" "$n")x"
 done
