@@ -100,6 +100,7 @@ hold_rate=${RAMBACK_BENCH_HOLD_RATE:-10M}
 # die, log, size_arg, the arithmetic, servers, control, fio (bench/lib.sh)
 . "$srcdir/lib.sh"
 PY=/usr/bin/python3
+probe_drop_caches
 want () { [[ $only == *,$1,* ]]; }
 
 size_b=$(size_arg "$size")

@@ -28,6 +28,8 @@
 #   fio_nbd URI OUT ARGS...     fio's nbd engine, JSON into OUT
 #   fio_metric FILE read|write iops|bw_bytes|runtime
 #   fio_runtime FILE read|write seconds the job ran
+#   probe_drop_caches      find out whether we may drop the page cache
+#                          (can_drop=yes|no; drops it once)
 #   drop_caches            sync, and drop the page cache if we may
 #   fs_type DIR            the file system type name
 
@@ -135,9 +137,11 @@ print(v / 1000.0 if sys.argv[3] == "runtime" else v)' "$@"
 fio_runtime () { fio_metric "$1" "$2" runtime; }
 
 can_drop=no
-if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
-    can_drop=yes
-fi
+probe_drop_caches () {
+    if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
+        can_drop=yes
+    fi
+}
 drop_caches () {
     sync
     [ "$can_drop" = no ] || echo 3 > /proc/sys/vm/drop_caches
