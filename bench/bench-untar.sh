@@ -39,12 +39,7 @@ for arg in "$@"; do
 done
 # die, log, start_server, stop_server, ctl, status_field (bench/lib.sh)
 . "$srcdir/lib.sh"
-if [ -z "$build" ] && [ -f "$srcdir/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
-    build=$srcdir/..
-fi
-[ -n "$build" ] || die "give --build=DIR (the ramback build tree)"
-PLUGIN=$(cd "$build" && pwd)/plugin/.libs/nbdkit-ramback-plugin.so
-[ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
+find_build
 [ "$(id -u)" = 0 ] || die "needs root (losetup, mount)"
 for c in nbdkit nbdfuse losetup mkfs.ext4 tar; do
     command -v "$c" >/dev/null || die "'$c' is needed"
