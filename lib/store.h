@@ -52,6 +52,7 @@ struct rb_store_range {
 };
 
 struct rb_store;
+struct rb_status_out;
 
 struct rb_store_ops {
   const char *name;           /* "file", "nbd" */
@@ -77,10 +78,11 @@ struct rb_store_ops {
   int (*next_data) (struct rb_store *s, uint64_t offset,
                     uint64_t *data, uint64_t *hole);
 
-  /* Optional: append store-specific status lines ("key: value\n") or JSON
-   * members (",\"key\":value") to buf; returns bytes written.
+  /* Optional: append the store's own status fields (store_*) to the
+   * reply being written, after the core's, with the rb_status_* calls
+   * of json.h (the same writer for the text and the JSON form).
    */
-  size_t (*status) (struct rb_store *s, bool json, char *buf, size_t len);
+  void (*status) (struct rb_store *s, struct rb_status_out *o);
 
   void (*close) (struct rb_store *s);
 
