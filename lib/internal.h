@@ -23,6 +23,7 @@
 #include "env.h"
 #include "error.h"
 #include "ramback.h"
+#include "store.h"
 #include "chunkmap.h"
 #include "rangelock.h"
 #include "ramimage.h"
