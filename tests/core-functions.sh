@@ -5,6 +5,9 @@
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   sha FILE               SHA-256 of FILE
 #   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
+#   mount_tmpfs DIR SIZE   a tmpfs of SIZE on the new directory DIR,
+#                          unmounted at exit; skip (77) if refused (call
+#                          private_mount_ns first)
 
 export PYTHONPATH="$top_srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -19,6 +22,15 @@ esac
 py () { /usr/bin/python3 "$@"; }
 
 sha () { sha256sum "$1" | cut -d' ' -f1; }
+
+mount_tmpfs () {
+    mkdir "$1"
+    if ! mount -t tmpfs -o size="$2" tmpfs "$1"; then
+        echo "$0: SKIP: cannot mount a tmpfs"
+        exit 77
+    fi
+    cleanup_fn umount -l "$1"
+}
 
 
 # start_backing NAME NBDKIT-ARGS...: a plain nbdkit (no ramback) on a
