@@ -5,6 +5,8 @@
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   sha FILE               SHA-256 of FILE
 #   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
+#   random_file FILE BYTES [SEED]  FILE of BYTES seeded random bytes (SEED
+#                          a number, or by default FILE's name)
 #   mount_tmpfs DIR SIZE   a tmpfs of SIZE on the new directory DIR,
 #                          unmounted at exit; skip (77) if refused (call
 #                          private_mount_ns first)
@@ -22,6 +24,15 @@ esac
 py () { /usr/bin/python3 "$@"; }
 
 sha () { sha256sum "$1" | cut -d' ' -f1; }
+
+random_file () {
+    py -c '
+import random, sys
+s = sys.argv[3]
+open (sys.argv[1], "wb").write (
+    random.Random (int (s) if s.isdigit () else s).randbytes (int (sys.argv[2])))' \
+        "$1" "$2" "${3:-$1}"
+}
 
 mount_tmpfs () {
     mkdir "$1"

@@ -25,9 +25,7 @@ source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
 back="$TMP/back.img"
-py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (5).randbytes (8 << 20))' "$back"
+random_file "$back" $((8 << 20)) 5
 protect "$back"
 sum0=$(sha "$back")
 

@@ -25,9 +25,7 @@ source "$top_srcdir/tests/core-functions.sh"
 mnt="$TMP/mnt"
 mount_tmpfs "$mnt" 48M
 
-py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (1).randbytes (16 << 20))' "$mnt/filler"
+random_file "$mnt/filler" $((16 << 20)) 1
 truncate -s 128M "$mnt/back.img"
 df -k "$mnt"
 

@@ -21,9 +21,7 @@ source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
 back="$TMP/back.img"
-py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (11).randbytes (8 << 20))' "$back"
+random_file "$back" $((8 << 20)) 11
 ln -s "$back" "$TMP/symlink.img"
 ln "$back" "$TMP/hardlink.img"
 inuse='in use'
