@@ -5,6 +5,8 @@
 #
 #   bench/bench-journal.sh [--build=DIR] [--dir=DIR] [--size=SIZE]
 #                          [--runtime=SECONDS] [--repeat=N] [--delay=MS]
+#                          [--journal-dir=DIR] [--drain=SIZE]
+#                          [--only=fio|drain]
 #
 # Three ramback configurations on the same machine, in paired runs (each
 # round runs every configuration once, in turn; medians are kept):
@@ -16,7 +18,18 @@
 #   randwrite4k  4k random writes, QD16, no fsync (IOPS)
 # With --delay=MS the backing store is remote instead: nbdkit memory
 # behind the delay filter (MS each way), and the journal a local file;
-# then "nbdkit" is that remote directly.
+# then "nbdkit" is that remote directly.  --journal-dir=DIR puts the
+# fio runs' journal there (default: beside the backing image, the same
+# disk; /dev/shm stands in for a fast separate device).
+# Drain (local backing only, --drain=SIZE, default 256M, 0: skip): SIZE
+# written sequentially (1M, QD8, no FLUSH) through a journal of SIZE/4,
+# then SIGTERM: writers wait for journal space, so the time from the
+# first write to the exit is the sustained write-back through the
+# journal (appends pipelined with the in-place writes of the previous
+# transactions).  Against the backing disk's own sequential write (dd
+# oflag=direct conv=fsync of SIZE), with the journal on the same disk
+# (drain-same) and on /dev/shm (drain-sep); plain is the same without
+# a journal (RAM first, written back behind).
 #
 # Exit status: 0 when it ran, 1 if something failed, 2 on bad usage.
 
@@ -28,7 +41,7 @@ prog=${0##*/}
 srcdir=$(cd "$(dirname "$0")" && pwd)
 build=${RAMBACK_BUILD:-$srcdir/..}
 workroot=${TMPDIR:-/var/tmp}
-size=256M runtime=5 repeat=3 delay=0
+size=256M runtime=5 repeat=3 delay=0 jdir= drain=256M only=
 
 for arg in "$@"; do
     case $arg in
@@ -38,7 +51,10 @@ for arg in "$@"; do
         --runtime=*) runtime=${arg#*=} ;;
         --repeat=*) repeat=${arg#*=} ;;
         --delay=*) delay=${arg#*=} ;;
-        -h|--help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --journal-dir=*) jdir=${arg#*=} ;;
+        --drain=*) drain=${arg#*=} ;;
+        --only=*) only=${arg#*=} ;;
+        -h|--help) sed -n '3,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "$prog: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -47,19 +63,40 @@ PLUGIN=$build/plugin/.libs/nbdkit-ramback-plugin.so
 command -v fio >/dev/null || { echo "$prog: fio is needed" >&2; exit 1; }
 
 W=$(mktemp -d "$workroot/bench-journal.XXXXXX")
-WORK=$W
-# die, size_arg, start_server, stop_server, fio_metric, median, ratio
-. "$srcdir/lib.sh"
+J=$(mktemp -d "${jdir:-$W}/bench-journal-j.XXXXXX")
+S=
+pids=()
 cleanup () {
-    kill_servers
-    rm -rf "$W"
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$W" "$J" ${S:+"$S"}
 }
 trap cleanup EXIT
+die () { echo "$prog: $*" >&2; exit 1; }
 
-size_b=$(size_arg "$size")
+size_b=$(numfmt --from=iec "$size")
 uri () { echo "nbd+unix:///?socket=$W/$1.sock"; }
-start () { start_server "$@"; }
-stop () { stop_server "$1"; }
+
+start () {
+    local name=$1; shift
+    rm -f "$W/$name.sock"
+    nbdkit -f -U "$W/$name.sock" "$@" >"$W/$name.log" 2>&1 &
+    pids+=($!)
+    eval "pid_$name=$!"
+    local i
+    for (( i=0; i<300; i++ )); do
+        [ -S "$W/$name.sock" ] && return 0
+        sleep 0.1
+    done
+    cat "$W/$name.log" >&2
+    die "nbdkit $name did not start"
+}
+stop () {
+    local p="pid_$1"
+    kill "${!p}"
+    wait "${!p}" 2>/dev/null || true
+}
 
 fio_iops () {
     local u=$1 job=$2 extra=()
@@ -72,7 +109,10 @@ fio_iops () {
         --norandommap --randrepeat=0 "${extra[@]}" \
         --output-format=json --output="$W/fio.json" >"$W/fio.err" 2>&1 ||
         { cat "$W/fio.err" >&2; die "fio $job on $u failed"; }
-    printf '%.1f\n' "$(fio_metric "$W/fio.json" write iops)"
+    /usr/bin/python3 -c '
+import json, sys
+j = json.load (open (sys.argv[1]))["jobs"][0]
+print ("%.1f" % j["write"]["iops"])' "$W/fio.json"
 }
 
 if [ "$delay" -gt 0 ]; then
@@ -87,23 +127,26 @@ else
 fi
 # Written in full, as a partition would be: appends into the holes of
 # a sparse file make every journal sync commit file system metadata too.
-dd if=/dev/zero of="$W/journal.img" bs=1M count=256 status=none
+dd if=/dev/zero of="$J/journal.img" bs=1M count=256 status=none
 
 declare -A res
 configs=(plain journal nbdkit)
 jobs=(fsync4k randwrite4k)
 where="a local file"
 [ "$delay" -eq 0 ] || where="remote, ${delay} ms each way"
-echo "== $prog: size $size, fio ${runtime}s, $repeat rounds, backing $where"
-for (( r=0; r<repeat; r++ )); do
+echo "== $prog: size $size, fio ${runtime}s, $repeat rounds, backing $where," \
+     "journal in ${jdir:-the same directory}"
+median () { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+[ "$only" = drain ] && repeat_fio=0 || repeat_fio=$repeat
+for (( r=0; r<repeat_fio; r++ )); do
     for c in "${configs[@]}"; do
         case $c in
             plain) start s "$PLUGIN" back="$back" fsync=wait ;;
             journal)
-                dd if=/dev/zero of="$W/journal.img" bs=4096 count=1 \
+                dd if=/dev/zero of="$J/journal.img" bs=4096 count=1 \
                    conv=notrunc status=none
                 start s "$PLUGIN" back="$back" fsync=wait \
-                    journal="$W/journal.img" ;;
+                    journal="$J/journal.img" ;;
             nbdkit)
                 if [ "$delay" -gt 0 ]; then
                     u=$direct
@@ -121,16 +164,70 @@ for (( r=0; r<repeat; r++ )); do
     done
 done
 
+[ "$only" = drain ] || {
 echo
 printf '%-12s %10s %10s %10s %14s %14s\n' job plain journal nbdkit \
     journal/plain journal/nbdkit
 for j in "${jobs[@]}"; do
-    # shellcheck disable=SC2086
-    p=$(median ${res[plain,$j]})
-    # shellcheck disable=SC2086
-    q=$(median ${res[journal,$j]})
-    # shellcheck disable=SC2086
-    n=$(median ${res[nbdkit,$j]})
+    p=$(median "${res[plain,$j]}")
+    q=$(median "${res[journal,$j]}")
+    n=$(median "${res[nbdkit,$j]}")
     printf '%-12s %10s %10s %10s %14s %14s\n' "$j" "$p" "$q" "$n" \
-        "$(ratio "$q" "$p")x" "$(ratio "$q" "$n")x"
+        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $p))")" \
+        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $n))")"
+done
+}
+
+# ---- drain ----
+drain_b=$(numfmt --from=iec "$drain")
+[ "$delay" -eq 0 ] && [ "$drain_b" -gt 0 ] && [ "$only" != fio ] || exit 0
+S=$(mktemp -d /dev/shm/bench-journal.XXXXXX)
+jmib=$(( drain_b / 4 / 1048576 ))
+[ "$jmib" -ge 16 ] || jmib=16
+dd if=/dev/zero of="$J/journal.img" bs=1M count=$jmib status=none
+dd if=/dev/zero of="$S/journal.img" bs=1M count=$jmib status=none
+head -c "$drain_b" /dev/urandom >"$W/drain.src"
+now () { date +%s.%N; }
+declare -A dr
+dconfigs=(seq plain drain-same drain-sep)
+echo
+echo "== drain of $drain ($repeat rounds)"
+for (( r=0; r<repeat; r++ )); do
+    for c in "${dconfigs[@]}"; do
+        if [ "$c" = seq ]; then
+            t0=$(now)
+            dd if="$W/drain.src" of="$W/back.img" bs=1M oflag=direct \
+               conv=fsync,notrunc status=none
+            t1=$(now)
+        else
+            jf=$J/journal.img
+            [ "$c" = drain-sep ] && jf=$S/journal.img
+            dd if=/dev/zero of="$jf" bs=4096 count=1 conv=notrunc status=none
+            if [ "$c" = plain ]; then
+                start s "$PLUGIN" back="$W/back.img"
+            else
+                start s "$PLUGIN" back="$W/back.img" journal="$jf" \
+                    commit-interval=3600
+            fi
+            t0=$(now)
+            fio --name=fill --ioengine=nbd --uri="$(uri s)" --rw=write \
+                --bs=1M --size="$drain_b" --iodepth=8 \
+                --buffer_compress_percentage=0 --refill_buffers \
+                --output="$W/fio.err" >/dev/null 2>&1 ||
+                { cat "$W/fio.err" >&2; die "fio fill failed"; }
+            stop s
+            t1=$(now)
+        fi
+        mbs=$(/usr/bin/python3 -c "print ('%.1f' % ($drain_b / 1048576 / ($t1 - $t0)))")
+        dr[$c]="${dr[$c]:-} $mbs"
+        echo "   round $r $c: $mbs MiB/s"
+    done
+done
+echo
+printf '%-12s %10s %10s\n' config 'MiB/s' '/seq'
+sq=$(median "${dr[seq]}")
+for c in "${dconfigs[@]}"; do
+    v=$(median "${dr[$c]}")
+    printf '%-12s %10s %10s\n' "$c" "$v" \
+        "$(/usr/bin/python3 -c "print ('%.2fx' % ($v / $sq))")"
 done

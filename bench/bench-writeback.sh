@@ -210,6 +210,7 @@ try:
                     d.update(written=written, stored=stored, flusher=fl,
                              amp=stored / written if written else 0,
                              fl_per_gib=fl / (stored / GiB) if stored else 0,
+                             fl_per_wgib=fl / (written / GiB),
                              cpu_per_gib=d["cpu"] / (written / GiB))
                 else:
                     d["cpu_per_gib"] = d["cpu"] / (nio / GiB if job != "seqwrite1m" else size / GiB)
@@ -267,6 +268,11 @@ try:
         v = {t: med(job, t, "fl_per_gib") for t in ("direct", "buffered")}
         p("%-17s %9.2f %9.2f %9s %9s %7.2f   (write-back thread, per GiB "
           "written back)" % (job, v["direct"], v["buffered"], "-", "-",
+                             v["direct"] / v["buffered"] if v["buffered"] else 0))
+    for job in jobs:
+        v = {t: med(job, t, "fl_per_wgib") for t in ("direct", "buffered")}
+        p("%-17s %9.2f %9.2f %9s %9s %7.2f   (write-back thread, per GiB "
+          "written by clients)" % (job, v["direct"], v["buffered"], "-", "-",
                              v["direct"] / v["buffered"] if v["buffered"] else 0))
     p("")
     p("%-17s %9s %9s   (stored_bytes / written_bytes)" % (

@@ -32,9 +32,8 @@ shift $((OPTIND - 1))
 
 kver=${1:-}
 if [ -z "$kver" ]; then
-  kver=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-         sed -n 's/^ *Depends: linux-image-\([0-9].*-cloud-amd64\)$/\1/p' | head -1)
-  [ -n "$kver" ] || { echo "build.sh: cannot tell the guest kernel version (apt-get update?)" >&2; exit 1; }
+  kver=$("$top/qemu-guest/mkinitramfs.sh" -K) || exit 1
+  kver=${kver#linux-image-}
 fi
 kdir=/usr/src/linux-headers-$kver
 if [ ! -f "$kdir/Makefile" ]; then

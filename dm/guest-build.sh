@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# Assemble the QEMU guest for the dm-ramback test from Debian packages
-# only: the cloud kernel (the one dm/build.sh builds against), its
-# virtio and device-mapper modules, busybox, and dmsetup with exactly
-# the shared libraries it loads.
+# The QEMU guest of the dm-ramback test, as lists for
+# qemu-guest/mkinitramfs.sh: the cloud kernel (the one dm/build.sh builds
+# against), its virtio, device-mapper and filesystem modules, busybox,
+# dmsetup, e2fsprogs and xfsprogs with exactly the shared libraries they
+# load; and, in a second initramfs appended only when a phase needs it,
+# fio with its libraries (84 MB: Debian's fio links every engine).
 #
 # Everything is cached in $RAMBACK_DM_CACHE (default
 # /var/cache/ramback-guest/dm), outside the repository, and rebuilt only
-# when an input changes (a package version or this script).  .deb files
-# already downloaded by qemu-guest/guest-build.sh (in the parent
-# directory's debs/) are reused.  On success the cache holds:
+# when an input changes.  .deb files are shared with qemu-guest's guest
+# (the parent directory's debs/).  On success the cache holds:
 #   vmlinuz        the kernel
-#   base.cpio.gz   busybox, dmsetup + libraries, modules + load-order
+#   base.cpio.gz   busybox, dmsetup, mkfs/fsck + libraries, modules
+#   fio.cpio.gz    fio + libraries
 #   guest.env      GUEST_KERNEL_VERSION=... GUEST_PACKAGES='...'
 #
 # Usage: dm/guest-build.sh [-v]
@@ -20,160 +22,40 @@
 set -euo pipefail
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
 
-verbose=false
-[ "${1:-}" = "-v" ] && verbose=true
-say () { if $verbose; then echo "dm-guest-build: $*" >&2; fi; }
-die () { echo "dm-guest-build: error: $*" >&2; exit 1; }
-
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mk=$here/../qemu-guest/mkinitramfs.sh
+verbose=
+[ "${1:-}" = "-v" ] && verbose=-v
 CACHE=${RAMBACK_DM_CACHE:-/var/cache/ramback-guest/dm}
-mkdir -p "$CACHE/debs" || die "cannot create cache directory $CACHE"
-shared_debs=$(dirname "$CACHE")/debs
+mkdir -p "$CACHE"
+debs=$(cd "$CACHE/.." && pwd)/debs
 
-for c in apt-get apt-cache dpkg-deb cpio gzip sha256sum readelf flock; do
-  command -v "$c" >/dev/null ||
-    die "'$c' is missing (packages: apt, dpkg, cpio, gzip, coreutils, binutils, util-linux)"
-done
+# The virtio PCI transport and disks, device-mapper itself, dm-delay (a
+# slow backing device, to hold write back in flight while the test races
+# writes and populate against it; the error target is part of dm-mod),
+# the filesystems the fs phases make, and brd (the benchmark's RAM disk;
+# the guests load it themselves, sized).
+"$mk" $verbose -c "$CACHE" -D "$debs" -n base \
+  -p "busybox-static dmsetup libdevmapper1.02.1 libc6 libselinux1
+      libudev1 libpcre2-8-0 e2fsprogs libext2fs2 libcom-err2 libblkid1
+      libuuid1 xfsprogs libinih1 liburcu8" \
+  -m "virtio_pci virtio_blk dm-mod dm-delay ext4 xfs brd" \
+  -b "sbin/dmsetup sbin/mke2fs sbin/e2fsck sbin/mkfs.xfs sbin/xfs_repair" \
+  -l "sbin/mkfs.ext4=mke2fs"
 
-exec 9>"$CACHE/.lock"
-flock 9
+"$mk" $verbose -c "$CACHE" -D "$debs" -n fio \
+  -p "fio libc6 libaio1 libnuma1 zlib1g libgfapi0 libnbd0 libibverbs1
+      librdmacm1 librados2 librbd1 libpmemblk1 libpmem1
+      libacl1 libargon2-1 libblkid1 libboost-iostreams1.74.0
+      libboost-thread1.74.0 libbz2-1.0 libcom-err2 libcryptsetup12
+      libdaxctl1 libdevmapper1.02.1 libffi8 libfmt9 libgcc-s1 libgfrpc0
+      libgfxdr0 libglusterfs0 libgmp10 libgnutls30 libgssapi-krb5-2
+      libhogweed6 libicu72 libidn2-0 libjson-c5 libk5crypto3 libkeyutils1
+      libkmod2 libkrb5-3 libkrb5support0 liblzma5 libndctl6 libnettle8
+      libnl-3-200 libnl-route-3-200 libp11-kit0 libpcre2-8-0 libselinux1
+      libssl3 libstdc++6 libtasn1-6 libtirpc3 libudev1 libunistring2
+      libuuid1 libxml2 libzstd1" \
+  -b "bin/fio"
 
-kpkg=${RAMBACK_GUEST_KERNEL:-}
-if [ -z "$kpkg" ]; then
-  kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-         sed -n 's/^ *Depends: \(linux-image-[0-9].*-cloud-amd64\)$/\1/p' | head -1)
-  [ -n "$kpkg" ] || die "apt-cache knows no linux-image-cloud-amd64 (run apt-get update)"
-fi
-kver=${kpkg#linux-image-}
-
-# dmsetup's library closure; checked against DT_NEEDED below.
-userpkgs=(busybox-static dmsetup libdevmapper1.02.1 libc6 libselinux1
-          libudev1 libpcre2-8-0)
-
-versions=$(for p in "$kpkg" "${userpkgs[@]}"; do
-             v=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
-             [ -n "$v" ] && [ "$v" != "(none)" ] ||
-               die "package $p is unknown to apt (run apt-get update)"
-             echo "$p=$v"
-           done)
-key=$( { echo "$versions"; cat "$0"; } | sha256sum | cut -c1-16)
-if [ -f "$CACHE/stamp" ] && [ "$(cat "$CACHE/stamp")" = "$key" ] &&
-   [ -f "$CACHE/guest.env" ]; then
-  say "cache $CACHE is up to date ($kver)"
-  exit 0
-fi
-say "building into $CACHE ($kver, key $key)"
-
-fetch () {
-  local p v f d
-  for p in "$@"; do
-    v=$(echo "$versions" | sed -n "s/^$p=//p")
-    f=
-    for d in "$CACHE/debs" "$shared_debs"; do
-      f=$(ls "$d/${p}_${v/:/%3a}_"*.deb 2>/dev/null | head -1 || true)
-      [ -n "$f" ] && break
-    done
-    if [ -z "$f" ]; then
-      say "apt-get download $p=$v"
-      (cd "$CACHE/debs" && apt-get download -q "$p=$v" 2>&1 |
-         grep -v 'unsandboxed' >&2 || true)
-      f=$(ls "$CACHE/debs/${p}_${v/:/%3a}_"*.deb 2>/dev/null | head -1 || true)
-      [ -n "$f" ] || die "apt-get download $p=$v failed"
-    fi
-    echo "$f"
-  done
-}
-
-work=$(mktemp -d "$CACHE/.work.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-# ---- kernel and modules ----------------------------------------------
-kx=$work/kernel
-mkdir -p "$kx"
-dpkg-deb -x "$(fetch "$kpkg")" "$kx"
-[ -f "$kx/boot/vmlinuz-$kver" ] || die "$kpkg has no /boot/vmlinuz-$kver"
-ux=$work/userland
-mkdir -p "$ux"
-for f in $(fetch "${userpkgs[@]}"); do dpkg-deb -x "$f" "$ux"; done
-BB=$ux/bin/busybox
-[ -x "$BB" ] || die "busybox-static has no /bin/busybox"
-mdir=$kx/lib/modules/$kver
-[ -f "$mdir/modules.dep" ] || "$BB" depmod -b "$kx" "$kver"
-
-# The virtio PCI transport and disks, device-mapper itself, and
-# dm-delay (a slow backing device, to hold write back in flight while
-# the test races writes and populate against it).  The error target
-# (to fail the backing device on purpose) is part of dm-mod.
-wanted=(virtio_pci virtio_blk dm-mod dm-delay)
-declare -A seen=()
-order=()
-visit () {
-  local rel=$1 dep deps
-  [ -n "${seen[$rel]:-}" ] && return 0
-  seen[$rel]=1
-  deps=$(sed -n "s|^$rel: *||p" "$mdir/modules.dep")
-  for dep in $deps; do visit "$dep"; done
-  order+=("$rel")
-}
-for m in "${wanted[@]}"; do
-  if grep -q "/$m\.ko$" "$mdir/modules.builtin"; then
-    say "module $m is built in"
-    continue
-  fi
-  rel=$(grep -o "^[^:]*/$m\.ko\(\.xz\)\?:" "$mdir/modules.dep" | tr -d : || true)
-  [ -n "$rel" ] || die "module $m is neither built in nor in $kpkg"
-  visit "$rel"
-done
-
-root=$work/root
-mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,etc,lib/modules,lib64} \
-         "$root/lib/x86_64-linux-gnu"
-cp "$BB" "$root/bin/busybox"
-: >"$root/lib/modules/load-order"
-for rel in "${order[@]}"; do
-  case $rel in
-    *.ko) cp "$mdir/$rel" "$root/lib/modules/" ;;
-    *.ko.xz) xz -dc "$mdir/$rel" >"$root/lib/modules/$(basename "${rel%.xz}")" ;;
-    *) die "cannot unpack module $rel" ;;
-  esac
-  basename "${rel%.xz}" >>"$root/lib/modules/load-order"
-done
-
-src=$ux/sbin/dmsetup
-[ -x "$src" ] || src=$ux/usr/sbin/dmsetup
-[ -x "$src" ] || die "no dmsetup in the dmsetup package"
-cp "$src" "$root/sbin/dmsetup"
-
-# Follow DT_NEEDED through the extracted packages only, never the host's
-# /lib: a package missing from userpkgs is an error here, not in the guest.
-libdirs=("$ux/lib/x86_64-linux-gnu" "$ux/usr/lib/x86_64-linux-gnu")
-declare -A have=()
-need_libs () {
-  local so p found
-  for so in $(readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-    [ -n "${have[$so]:-}" ] && continue
-    found=
-    for p in "${libdirs[@]}"; do
-      if [ -e "$p/$so" ]; then found=$p/$so; break; fi
-    done
-    [ -n "$found" ] || die "$(basename "$1") needs $so, which no package in the list ships (add it to userpkgs)"
-    have[$so]=1
-    cp -L "$found" "$root/lib/x86_64-linux-gnu/$so"
-    need_libs "$found"
-  done
-}
-need_libs "$root/sbin/dmsetup"
-interp=$(readelf -l "$root/sbin/dmsetup" | sed -n 's/.*interpreter: \(.*\)\]/\1/p')
-[ "$interp" = /lib64/ld-linux-x86-64.so.2 ] || die "unexpected ELF interpreter $interp"
-cp -L "$ux/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" "$root/lib64/"
-
-(cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |
-  gzip -9 >"$work/base.cpio.gz"
-mv -f "$work/base.cpio.gz" "$CACHE/base.cpio.gz"
-cp "$kx/boot/vmlinuz-$kver" "$CACHE/vmlinuz"
-{
-  echo "GUEST_KERNEL_VERSION=$kver"
-  echo "GUEST_KERNEL_PACKAGE=$kpkg"
-  echo "GUEST_PACKAGES='$(echo $versions)'"
-} >"$CACHE/guest.env"
-echo "$key" >"$CACHE/stamp"
-say "done: $(tr '\n' ' ' <"$CACHE/guest.env")"
+cp "$CACHE/base.env" "$CACHE/guest.env.new"
+mv -f "$CACHE/guest.env.new" "$CACHE/guest.env"

@@ -21,15 +21,25 @@
 # write back; then, on a scratch disk of their own, suspend while populate
 # reads, discards with partial chunks (writeback and writethrough), and
 # the backing device dying with dirty data in RAM (interrupted
-# suspend, interrupted remove, moving the data onto another device); rmmod.
+# suspend, interrupted remove, moving the data onto another device);
+# on a fourth disk, fio with crc32c verification behind dm-delay while
+# the mode toggles and the target suspends, verified again after remove
+# and re-create; ext4 and XFS (untar, checksums, fstrim, remove,
+# re-create, fsck); rmmod.  Then the power cut: a second boot writes and
+# fsyncs files on ext4 in writethrough mode until this script kills
+# QEMU, and a third boot checks fsck and every file reported fsync'd.
 #
 # Exit: 0 pass, 1 fail, 77 skip (no qemu or no kernel headers).
-# Environment: RAMBACK_DM_TIMEOUT (seconds for the guest, default 900),
+# Environment: RAMBACK_DM_PASSES=N runs it all N times in a row, on new
+#   random images each time (default 1),
+#   RAMBACK_DM_PCUT_FILES (fsync'd files before the power cut, 20),
+#   RAMBACK_DM_TIMEOUT (seconds for each boot, default 900),
 #   RAMBACK_DM_KEEP=1 keeps the scratch directory, RAMBACK_DM_SMP (2),
 #   RAMBACK_DM_MODULE=path/dm-ramback.ko tests that module instead of
 #   building one, RAMBACK_DM_ONLY="populate_suspend stuck_suspend ..."
-#   runs only those scratch-disk phases (guest-init.sh), not the main
-#   chain, and then checks that back.img is unchanged.
+#   runs only those scratch-disk phases (guest-init.sh; "powercut" names
+#   the power-cut boots), not the main chain, and then checks that
+#   back.img is unchanged.
 
 set -euo pipefail
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH LC_ALL=C
@@ -42,6 +52,10 @@ SMP=${RAMBACK_DM_SMP:-2}
 SECTORS=65536                   # 32 MiB device
 PATTERN_SECTORS=8192            # 4 MiB of write data
 SCRATCH_REGIONS=5               # scratch disk: a region of SECTORS per use
+FS_SECTORS=131072               # fs disk: regions of 64 MiB (fio, ext4, xfs, power cut)
+FS_REGIONS=4
+PCUT_FILES=${RAMBACK_DM_PCUT_FILES:-20}
+PASSES=${RAMBACK_DM_PASSES:-1}
 ONLY=${RAMBACK_DM_ONLY:-}
 
 skip () { echo "SKIP: $*" >&2; exit 77; }
@@ -55,16 +69,23 @@ done
 
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/ramback-dm.XXXXXX")
 qemu_pid=
+# QEMU runs under timeout(1): kill QEMU itself (its pidfile), not just
+# timeout, which would leave it running.
+kill_qemu () {
+  [ ! -s "${qpidfile:-}" ] || kill -9 "$(cat "$qpidfile")" 2>/dev/null
+  kill -9 "$qemu_pid" 2>/dev/null
+  wait "$qemu_pid" 2>/dev/null
+  qemu_pid=
+}
 cleanup () {
   local rc=$?
   set +e
   if [ -n "$qemu_pid" ]; then
-    kill -9 "$qemu_pid" 2>/dev/null
-    wait "$qemu_pid" 2>/dev/null
+    kill_qemu
   fi
-  if [ $rc -ne 0 ] && [ -f "$T/serial.log" ]; then
-    echo "--- last lines of $T/serial.log ---" >&2
-    tail -40 "$T/serial.log" | tr -d '\r' >&2
+  if [ $rc -ne 0 ] && [ -f "${serial:-}" ]; then
+    echo "--- last lines of $serial ---" >&2
+    tail -40 "$serial" | tr -d '\r' >&2
   fi
   if [ "${RAMBACK_DM_KEEP:-0}" = 1 ]; then echo "kept $T" >&2; else rm -rf "$T"; fi
   exit $rc
@@ -89,10 +110,59 @@ else
 fi
 t_build=$((SECONDS - t0))
 
+# ---- what does not change between passes -----------------------------------
+# The tree the filesystem phases untar: this source tree's directories,
+# as a plain tar on a read-only disk, with its manifest.
+(cd "$here/.." && tar --format=gnu --owner=0 --group=0 --numeric-owner \
+   --sort=name -cf "$T/tree.tar" lib dm docs plugin cli filter tests bench qemu-guest)
+mkdir "$T/tree"
+tar -xf "$T/tree.tar" -C "$T/tree"
+(cd "$T/tree" && find . -type f | LC_ALL=C sort | xargs -d '\n' sha256sum) >"$T/tree.sha256"
+rm -rf "$T/tree"
+# fio's jobs (fio_verify): 31 MiB of the 64 MiB device, each job on its own
+# range (overlapping jobs would overwrite each other's verify headers).
+cat >"$T/verify.fio" <<'JOBS'
+[global]
+filename=/dev/mapper/rbf
+direct=1
+ioengine=libaio
+iodepth=4
+verify=crc32c
+verify_fatal=1
+randrepeat=1
+
+[rand4k]
+rw=randwrite
+bs=4k
+offset=0
+size=8m
+
+[seq64k]
+rw=write
+bs=64k
+offset=8m
+size=12m
+
+[randmix]
+rw=randwrite
+bsrange=512-32k
+offset=20m
+size=8m
+
+[seq1536]
+rw=write
+bs=1536
+offset=28m
+size=3m
+JOBS
+
+run_pass () {
 # ---- images and the model ----------------------------------------------
 head -c $((SECTORS * 512)) /dev/urandom >"$T/back.img"
 head -c $((PATTERN_SECTORS * 512)) /dev/urandom >"$T/pattern.img"
 head -c $((SCRATCH_REGIONS * SECTORS * 512)) /dev/urandom >"$T/scratch.img"
+rm -f "$T/fs.img"
+truncate -s $((FS_REGIONS * FS_SECTORS * 512)) "$T/fs.img"
 cp "$T/back.img" "$T/model.img"
 MODEL=$T/model.img              # the image apply_model and region_sha use
 sha () { sha256sum "$@" | cut -d' ' -f1; }
@@ -180,7 +250,7 @@ reads () {
 }
 
 {
-  echo "SECTORS=$SECTORS"
+  echo "SECTORS=$SECTORS FS_SECTORS=$FS_SECTORS"
   echo "ONLY='$ONLY'"
   for v in WR_A WR_B1 WR_B2 WR_B3 WR_B4 WR_C0 WR_C1 WR_C2 WR_C WR_D WR_E WR_F WR_G WR_H1 WR_H2 WR_H3 \
            WR_R1 WR_R2 WR_R2B WR_R3A WR_R3 WR_R4 WR_S1 WR_S2 WR_S3 WR_T1 WR_T2 WR_U1 WR_U2; do
@@ -231,40 +301,91 @@ final_sha=$(sha "$T/model.img")
 [ -z "$ONLY" ] || final_sha=$initial_sha
 
 # ---- the initramfs: the cached base plus this run's files -------------------
-mkdir -p "$T/extra/ramback"
+mkdir -p "$T/extra/ramback" "$T/extra/guest"
 cp "$here/guest-init.sh" "$T/extra/init"
+cp "$here/../qemu-guest/guest/console.sh" "$T/extra/guest/"
 chmod 755 "$T/extra/init"
-cp "$ko" "$T/test.conf" "$T/extra/ramback/"
+cp "$ko" "$T/test.conf" "$T/tree.sha256" "$T/verify.fio" "$T/extra/ramback/"
 (cd "$T/extra" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |
   gzip >"$T/extra.cpio.gz"
-cat "$CACHE/base.cpio.gz" "$T/extra.cpio.gz" >"$T/initrd"
+cat "$CACHE/base.cpio.gz" "$CACHE/fio.cpio.gz" "$T/extra.cpio.gz" >"$T/initrd"
 
 # ---- run the guest -------------------------------------------------------------
-say "guest: booting $GUEST_KERNEL_VERSION under TCG (smp $SMP, timeout $TIMEOUT s)"
+# boot NAME STEP [ramback.K=V]: start QEMU in the background on this pass's
+# images; the serial log is $T/NAME.serial.
+boot () {
+  say "guest $1: booting $GUEST_KERNEL_VERSION under TCG (smp $SMP, timeout $TIMEOUT s)"
+  rm -f "$T/$1.serial" "$T/$1.qpid"
+  qpidfile=$T/$1.qpid
+  timeout -k 10 "$TIMEOUT" "$QEMU" -accel tcg -m 1024 -smp "$SMP" \
+    -nodefaults -display none -no-reboot -pidfile "$qpidfile" \
+    -serial "file:$T/$1.serial" \
+    -kernel "$CACHE/vmlinuz" -initrd "$T/initrd" \
+    -append "console=ttyS0 rdinit=/init panic=-1 oops=panic panic_on_warn=1 loglevel=4 ramback.step=$2 ${3:-}" \
+    -drive "file=$T/back.img,format=raw,if=virtio,cache=writeback" \
+    -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" \
+    -drive "file=$T/scratch.img,format=raw,if=virtio,cache=writeback" \
+    -drive "file=$T/fs.img,format=raw,if=virtio,cache=writeback" \
+    -drive "file=$T/tree.tar,format=raw,if=virtio,readonly=on" &
+  qemu_pid=$!
+  serial=$T/$1.serial
+}
+# wait_guest NAME: QEMU exits; the guest must have said PASS.
+wait_guest () {
+  local rc=0 result
+  wait "$qemu_pid" || rc=$?
+  qemu_pid=
+  tr -d '\r' <"$T/$1.serial" >"$T/$1.log"
+  grep -a '^RAMBACK-TIME:' "$T/$1.log" | sed 's/^RAMBACK-TIME: /  phase /' || true
+  result=$(grep -a '^RAMBACK-RESULT:' "$T/$1.log" | tail -1 || true)
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || die "guest $1 did not finish in $TIMEOUT s"
+  [ -n "$result" ] || die "guest $1 reported no result (kernel panic or crash? qemu exit $rc)"
+  [ "$result" = "RAMBACK-RESULT: PASS" ] || die "guest $1: ${result#RAMBACK-RESULT: }"
+  [ $rc -eq 0 ] || die "guest $1: qemu exited with status $rc"
+}
+fsynced () {
+  { grep -ao 'RAMBACK-MARK: fsynced-[0-9]*' "$serial" 2>/dev/null || true; } |
+    tail -1 | sed 's/.*-//'
+}
+
 t1=$SECONDS
-timeout -k 10 "$TIMEOUT" "$QEMU" -accel tcg -m 768 -smp "$SMP" \
-  -nodefaults -display none -no-reboot \
-  -serial "file:$T/serial.log" \
-  -kernel "$CACHE/vmlinuz" -initrd "$T/initrd" \
-  -append "console=ttyS0 rdinit=/init panic=-1 oops=panic panic_on_warn=1 loglevel=4" \
-  -drive "file=$T/back.img,format=raw,if=virtio,cache=writeback" \
-  -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" \
-  -drive "file=$T/scratch.img,format=raw,if=virtio,cache=writeback" &
-qemu_pid=$!
-rc=0
-wait "$qemu_pid" || rc=$?
-qemu_pid=
+boot main main
+wait_guest main
 t_guest=$((SECONDS - t1))
-
-tr -d '\r' <"$T/serial.log" >"$T/console.log"
-grep -a '^RAMBACK-TIME:' "$T/console.log" | sed 's/^RAMBACK-TIME: /  phase /' || true
-result=$(grep -a '^RAMBACK-RESULT:' "$T/console.log" | tail -1 || true)
-[ $rc -ne 124 ] && [ $rc -ne 137 ] || die "the guest did not finish in $TIMEOUT s"
-[ -n "$result" ] || die "the guest reported no result (kernel panic or crash? qemu exit $rc)"
-[ "$result" = "RAMBACK-RESULT: PASS" ] || die "guest: ${result#RAMBACK-RESULT: }"
-[ $rc -eq 0 ] || die "qemu exited with status $rc"
-
 # The guest's last word on the backing device, checked from the host.
 got=$(sha "$T/back.img")
 [ "$got" = "$final_sha" ] || die "back.img after the guest (sha256 $got) differs from the model ($final_sha)"
-say "PASS: backing image equals the model; build ${t_build}s, guest ${t_guest}s, total $((SECONDS - t0))s"
+
+# The power cut: QEMU is killed while the guest writes and fsyncs files in
+# writethrough mode, once it has reported PCUT_FILES of them; a recovery
+# boot then checks every one it reported.
+t_cut=0
+if [ -z "$ONLY" ] || [[ " $ONLY " = *" powercut "* ]]; then
+  t1=$SECONDS
+  boot powercut powercut
+  n=
+  for _ in $(seq 1 $((TIMEOUT * 5))); do
+    n=$(fsynced)
+    [ "${n:-0}" -lt $PCUT_FILES ] || break
+    kill -0 "$qemu_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill_qemu || true
+  tr -d '\r' <"$serial" >"$T/powercut.log"
+  grep -aq '^RAMBACK-RESULT: FAIL' "$T/powercut.log" &&
+    die "guest powercut: $(grep -a '^RAMBACK-RESULT:' "$T/powercut.log")"
+  n=$(fsynced)
+  [ "${n:-0}" -ge $PCUT_FILES ] || die "guest powercut: only ${n:-0} fsync'd files before it stopped"
+  say "power cut after $n fsync'd files"
+  boot recover recover "ramback.fsynced=$n"
+  wait_guest recover
+  grep -a '^power cut:' "$T/recover.log" || true
+  t_cut=$((SECONDS - t1))
+fi
+say "pass $pass: PASS: backing image equals the model; guest ${t_guest}s, power cut ${t_cut}s"
+}
+
+for pass in $(seq 1 "$PASSES"); do
+  run_pass
+done
+say "PASS: $PASSES pass(es); build ${t_build}s, total $((SECONDS - t0))s"

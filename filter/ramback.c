@@ -83,8 +83,9 @@ static bool read_only;
  */
 static const char *const own_keys[] = {
   "ram", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
-  "populate-rate", "flush-rate", "populate", "overcommit", "trace",
-  "control", "connections", "inflight", NULL
+  "populate-rate", "flush-rate", "flush-delay", "populate", "overcommit",
+  "trace", "control", "connections", "inflight", "journal",
+  "commit-interval", NULL
 };
 
 /* What stands for back= in a ram= image (ramimage.h): the parameters
@@ -165,6 +166,15 @@ ramback_filter_config_complete (nbdkit_next_config_complete *next,
                   "plugin at once", c->store.max_inflight, MAX_INFLIGHT);
     return -1;
   }
+  /* As in the plugin form (params.c); commit-interval= is at least
+   * 10 ms when given.
+   */
+  if (c->commit_interval_ms && c->journal == NULL) {
+    nbdkit_error ("commit-interval= only applies with journal= (without a "
+                  "journal there are no commits): add journal= or remove "
+                  "commit-interval=");
+    return -1;
+  }
   if (ramback_config_check_common () == -1)
     return -1;
   return next (nxdata);
@@ -193,6 +203,14 @@ ramback_filter_get_ready (int model)
                   "caches; give ram= a file of its own on a memory file "
                   "system, e.g. ram=/dev/shm/NAME.ramimg (ramback creates "
                   "it)", ramback_params.ram, back);
+    return -1;
+  }
+  if (ramback_params.journal &&
+      (back = claim_find (ramback_params.journal))) {
+    nbdkit_error ("journal=%s is the backing store itself (the same file "
+                  "as file=%s): the journal needs a store of its own "
+                  "(another file, device or export, ideally on another "
+                  "disk)", ramback_params.journal, back);
     return -1;
   }
   return ramback_glue_bind ();
@@ -419,12 +437,15 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
+  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
   "populate=true|false     Populate in the background (default true).\n" \
   "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \
   "connections=N           Contexts opened into the plugin.\n" \
   "inflight=N              Requests to the plugin at once (at most 64).\n" \
+  "journal=PATH|URI        Write-back journal: crash-consistent plugin.\n" \
+  "commit-interval=SECONDS Commit at least this often (with journal=).\n" \
   "Every other parameter is the plugin's."
 
 static struct nbdkit_filter filter = {

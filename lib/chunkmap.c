@@ -126,9 +126,88 @@ chunkmap_free (struct chunkmap *cm)
 {
   if (!cm->words_external)
     rb_free (cm->words);
+  rb_free (cm->sect);
   sumbits_free (&cm->dirty_hint);
   sumbits_free (&cm->empty_hint);
   memset (cm, 0, sizeof *cm);
+}
+
+/* The mask of n bits from bit lo of a word (lo + n <= 64). */
+static inline uint64_t
+bit_range (unsigned lo, unsigned n)
+{
+  return (n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1) << lo;
+}
+
+void
+chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
+{
+  uint64_t end = s + n;
+
+  if (cm->sect == NULL)
+    return;
+  while (s < end) {
+    unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
+    uint64_t m = bit_range (lo, k), *w = &cm->sect[s / 64];
+
+    /* Always the RMW, even if the bits look set already: a plain load
+     * could see bits a flusher is just taking, before this writer's
+     * data is visible to it (store-load reordering, see
+     * chunkmap_move).
+     */
+    rb_atomic_or (w, m);
+    s += k;
+  }
+}
+
+uint64_t
+chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  unsigned lo = s % 64;
+  uint64_t m = bit_range (lo, n), *w = &cm->sect[s / 64], old;
+
+  rb_assert (lo + n <= 64);
+  if (m == ~UINT64_C (0))
+    return rb_atomic_xchg (w, 0);
+  old = rb_atomic_load (w);
+  while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
+    ;
+  return (old & m) >> lo;
+}
+
+uint64_t
+chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  unsigned lo = s % 64;
+
+  return (rb_atomic_load_relaxed (&cm->sect[s / 64]) & bit_range (lo, n))
+    >> lo;
+}
+
+/* All the sector bits of chunk c. */
+static void
+mark_chunk (struct chunkmap *cm, uint64_t c)
+{
+  chunkmap_mark (cm, c << cm->sect_per_chunk_shift,
+                 UINT64_C (1) << cm->sect_per_chunk_shift);
+}
+
+int
+chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
+{
+  uint64_t nbits = cm->nchunks << per_chunk_shift, c;
+
+  cm->sect = rb_calloc ((nbits + 63) / 64 ? (nbits + 63) / 64 : 1,
+                        sizeof (uint64_t));
+  if (cm->sect == NULL) {
+    rb_set_errno (ENOMEM);
+    return -1;
+  }
+  cm->sect_per_chunk_shift = per_chunk_shift;
+  for (c = 0; c < cm->nchunks; c++)
+    if (CS_ANY_DIRTY & CS_BIT (chunkmap_get (cm, c)))
+      mark_chunk (cm, c);
+  return 0;
 }
 
 enum chunk_state
@@ -183,6 +262,14 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
       m = fields_in (old, from) & range;
       if (m == 0)
         break;
+      /* ZERO -> DIRTY: every sector differs from the store (above). */
+      if (to == CS_DIRTY && cm->sect) {
+        uint64_t z = fields_equal (old, CS_ZERO) & m;
+        while (z) {
+          mark_chunk (cm, w * PER_WORD + rb_ctz64 (z) / 2);
+          z &= z - 1;
+        }
+      }
       new = (old & ~(m * 3)) | (pattern (to) & (m * 3));
     } while (!rb_atomic_cas (&cm->words[w], &old, new));
 

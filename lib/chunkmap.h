@@ -25,6 +25,36 @@
  *   CLEAN -> DIRTY        a failed store or sync puts it back
  * Nothing ever returns to EMPTY: once a chunk is loaded it stays loaded,
  * which is what lets the I/O fast path skip all locking.
+ *
+ * Sector bits (optional, chunkmap_init_sectors): one bit per sector
+ * (4 KiB, or the chunk if smaller) in a flat bitmap, 32 MiB per TiB,
+ * saying which sectors of a DIRTY chunk differ from the backing store,
+ * so that write-back costs what was written rather than whole chunks.
+ * Changed only with atomic RMWs, lock-free like the states.  Rules:
+ *   - a writer sets the bits of the sectors it changed *before* it
+ *     moves the chunk to DIRTY (after its copy, like the state; with
+ *     resume also before the copy, like the state);
+ *   - anyone else who dirties a range (a failed store or sync: the
+ *     range it wrote; resume: whole chunks) sets its bits before the
+ *     move, too;
+ *   - a move ZERO -> DIRTY sets all the chunk's bits before its CAS
+ *     (chunkmap_move does it): the store still holds the old data
+ *     everywhere, not only where the write landed;
+ *   - the flusher, after its CAS DIRTY -> CLEAN, clears the bits with
+ *     a fetch-and-clear (chunkmap_take_bits) and writes back what it
+ *     took, from RAM.  A racing write either set its bits before the
+ *     clear (so its data, copied before that, is in what is written)
+ *     or after it (so its move comes after the flusher's CAS, sees
+ *     CLEAN, and dirties the chunk again with its bits set);
+ *   - a ZERO chunk is written back whole (a zero request) and keeps
+ *     its bits: stale bits on a CLEAN chunk only cost extra write-back
+ *     later, while clearing them could drop a racing write's.
+ * So the bits of a DIRTY chunk always cover every sector where RAM may
+ * differ from the store; a DIRTY chunk with no bits (a write that raced
+ * a flusher which already stored its data) just becomes CLEAN.  The
+ * dirty counters and hints stay per chunk.  Without sector bits (the
+ * kernel target, and journal=, which commits whole chunks), a DIRTY
+ * chunk is written back whole.
  */
 
 #ifndef RAMBACK_CHUNKMAP_H
@@ -53,6 +83,8 @@ struct chunkmap {
   uint64_t dirty;                /* DIRTY + ZERO chunks (atomic) */
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
   bool words_external;           /* words belong to the caller */
+  uint64_t *sect;                /* sector bits, NULL: none (see above) */
+  unsigned sect_per_chunk_shift; /* log2 (sectors per chunk) */
 };
 
 extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
@@ -68,6 +100,24 @@ extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
 extern int chunkmap_init_at (struct chunkmap *cm, uint64_t nchunks,
                              uint64_t *words, bool existing);
 extern void chunkmap_free (struct chunkmap *cm);
+
+/* Add the sector bits, 2^per_chunk_shift per chunk, with every sector
+ * of the chunks dirty now set (a resumed map: nothing finer is known).
+ */
+extern int chunkmap_init_sectors (struct chunkmap *cm,
+                                  unsigned per_chunk_shift);
+
+/* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
+extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
+
+/* Clear and return the sector bits [s, s+n), n <= 64, within one
+ * 64-bit word (s % 64 + n <= 64); bit 0 of the result is sector s.
+ * chunkmap_peek_bits: the same without clearing (a hint).
+ */
+extern uint64_t chunkmap_take_bits (struct chunkmap *cm, uint64_t s,
+                                    unsigned n);
+extern uint64_t chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s,
+                                    unsigned n);
 
 extern enum chunk_state chunkmap_get (const struct chunkmap *cm, uint64_t c);
 extern const char *chunk_state_name (enum chunk_state s);

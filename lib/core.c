@@ -63,6 +63,17 @@ copy_config (struct rb *rb, const struct rb_config *c)
   }
   if (rb->cfg.chunk_size == 0)
     rb->cfg.chunk_size = RB_DEFAULT_CHUNK_SIZE;
+  if (rb->cfg.flush_delay > RB_MAX_FLUSH_DELAY) {
+    rb_set_error (EINVAL, "flush-delay=%u: at most %d seconds",
+                  rb->cfg.flush_delay, RB_MAX_FLUSH_DELAY);
+    return -1;
+  }
+  if (rb->cfg.flush_delay && rb->cfg.journal) {
+    rb_set_error (EINVAL, "flush-delay= does not apply with journal= (the "
+                  "journal commits on its own interval, commit-interval=): "
+                  "remove one of them");
+    return -1;
+  }
   return 0;
 }
 
@@ -152,6 +163,17 @@ rb_open (const struct rb_config *config)
   if (rb->ram.source != RAMIMAGE_POPULATED) {
     rb_resume_map (rb);
     rb_check_populated (rb);
+  }
+  /* Sector bits: write-back of what was written, not whole chunks.
+   * The journal commits whole chunks, so it has none.
+   */
+  rb->sector_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
+  if (!rb->cfg.journal &&
+      chunkmap_init_sectors (&rb->map,
+                             rb->chunk_shift - rb->sector_shift) == -1) {
+    rb_set_error (errno, "cannot allocate the sector map for %" PRIu64
+                  " chunks", rb->nchunks);
+    goto fail;
   }
   ramimage_in_use (&rb->ram);
   if (rb->txns && rb_txn_check_fit (rb) == -1)
@@ -283,7 +305,7 @@ rb_set_mode (struct rb *rb, enum rb_mode mode)
     /* Populate pauses in writethrough mode and resumes after it. */
     rb_cond_broadcast (&rb->populator_cond);
   }
-  rb_flusher_kick (rb);
+  rb_flusher_hurry (rb);
   return 0;
 }
 

@@ -18,7 +18,12 @@
  *   3. move the chunks DIRTY -> CLEAN *before* the data is captured, so
  *      a write that lands while the store is in flight re-dirties the
  *      chunk and it is written again: the store converges on RAM;
- *   4. write straight from the RAM image (no bounce copy);
+ *   4. write straight from the RAM image (no bounce copy): with sector
+ *      bits (chunkmap.h), only the dirty sectors, taken after each
+ *      chunk's CAS, with dirty sectors in a row (across chunks too)
+ *      merged into one request, so a 4 KiB random write costs 4 KiB of
+ *      write-back and a sequential one still goes out in large
+ *      requests; without them, whole runs of chunks;
  *   5. on failure put the chunks back to DIRTY; on success remember the
  *      range as unsynced.
  *
@@ -38,6 +43,17 @@
  * that succeeded started.  A sweep with any failure fails the tickets
  * it covers, so FLUSH keeps failing until one full sweep, writes and
  * sync, succeeds.
+ *
+ * flush-delay=SECONDS: data rewritten often is written back once.  Woken
+ * from idle by new dirty data, the flusher waits SECONDS (rather than
+ * the short coalescing wait) before it sweeps, and a sweep that leaves
+ * new dirty data behind waits until SECONDS after it began before the
+ * next one: a block rewritten many times within that is stored once.
+ * Nothing waits on it: a stop, a sync ticket (rb_sync, FLUSH with
+ * fsync=wait), writethrough mode and a writer at the dirty limit
+ * (dirty-max=, ups-window=) end the wait at once (rb_flusher_hurry,
+ * flusher_delaying), and no wait begins while the dirty data is over
+ * half the limit, so that writers do not stall on it.
  *
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
@@ -81,20 +97,49 @@ batch_bytes (struct rb *rb)
   return b;
 }
 
+/* Estimated store requests and dirty bytes of DIRTY chunk c (its
+ * sector bits as they are now; whole chunks without them).
+ */
+static void
+estimate (struct rb *rb, uint64_t c, uint64_t *nios, uint64_t *bytes)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  if (rb->map.sect == NULL) {
+    *nios += 1;
+    *bytes += chunks_bytes (rb, c, 1);
+    return;
+  }
+  while (s < end) {
+    unsigned n = RB_MIN (end - s, 64 - s % 64);
+    uint64_t b = chunkmap_peek_bits (&rb->map, s, n);
+
+    *nios += rb_popcount64 (b & ~(b << 1));
+    *bytes += (uint64_t) rb_popcount64 (b) << rb->sector_shift;
+    s += n;
+  }
+}
+
+/* Requests a batch plans for: the rest of RB_FLUSH_BATCH_IOS is slack
+ * for bits set between collect and store.
+ */
+#define BATCH_IOS_PLANNED (RB_FLUSH_BATCH_IOS * 3 / 4)
+
 /* Collect up to BATCH_RUNS runs of dirty chunks from *cursor upwards. */
 static size_t
 collect (struct rb *rb, uint64_t *cursor, struct rb_run *runs)
 {
-  uint64_t c = *cursor, bytes = 0, budget = batch_bytes (rb);
+  uint64_t c = *cursor, bytes = 0, nios = 0, budget = batch_bytes (rb);
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
                             UINT64_C (1));
   uint64_t per_zero = RB_MAX (ZERO_RUN_BYTES >> rb->chunk_shift,
                               UINT64_C (1));
   size_t k = 0;
 
-  while (k < BATCH_RUNS && bytes < budget) {
+  while (k < BATCH_RUNS && bytes < budget && nios < BATCH_IOS_PLANNED) {
     enum chunk_state st;
-    uint64_t n, max;
+    uint64_t n, max, i, b = 0;
 
     c = chunkmap_next (&rb->map, c, CS_ANY_DIRTY);
     if (c == UINT64_MAX)
@@ -112,13 +157,26 @@ collect (struct rb *rb, uint64_t *cursor, struct rb_run *runs)
       c++;
       continue;
     }
+    if (st == CS_DIRTY) {       /* zeroing costs no bandwidth */
+      /* Cut the run where the batch has planned requests enough. */
+      for (i = 0; i < n; i++) {
+        uint64_t ni = 0;
+        estimate (rb, c + i, &ni, &b);
+        if (i > 0 && nios + ni > BATCH_IOS_PLANNED)
+          break;
+        nios += ni;
+      }
+      n = i;
+      bytes += b;
+    }
+    else
+      nios++;
     runs[k].first = c;
     runs[k].n = n;
     runs[k].kind = st;
     runs[k].taken = 0;
+    runs[k].bytes = b;
     k++;
-    if (st == CS_DIRTY)         /* zeroing costs no bandwidth */
-      bytes += chunks_bytes (rb, c, n);
     c += n;
   }
   *cursor = c == UINT64_MAX ? rb->nchunks : c;
@@ -132,9 +190,80 @@ data_bytes (struct rb *rb, const struct rb_run *runs, size_t k)
   size_t i;
 
   for (i = 0; i < k; i++)
-    if (runs[i].kind == CS_DIRTY)
-      b += chunks_bytes (rb, runs[i].first, runs[i].n);
+    b += runs[i].bytes;
   return b;
+}
+
+/* Add sectors [s, s+n) to the batch's requests: appended to the last
+ * one if they follow it (so dirty sectors in a row, across chunks, go
+ * out as one request), else a new one.  When the batch has no room
+ * left (*nio == cap), the last request, which belongs to this run, is
+ * stretched to cover them: a few clean sectors are written again, from
+ * RAM, which is always safe.
+ */
+static void
+add_sectors (struct rb *rb, struct rb_io *ios, size_t *nio, size_t cap,
+             size_t run_first_io, uint64_t s, uint64_t n)
+{
+  uint64_t off = s << rb->sector_shift, end = (s + n) << rb->sector_shift;
+  struct rb_io *last = *nio > run_first_io ? &ios[*nio - 1] : NULL;
+
+  if (off >= rb->size)
+    return;
+  end = RB_MIN (end, rb->size);
+  if (last && (last->offset + last->count == off || *nio == cap)) {
+    last->count = end - last->offset;
+    return;
+  }
+  rb_assert (*nio < cap);
+  ios[(*nio)++] = (struct rb_io) {
+    .op = RB_IO_WRITE, .buf = rb->ram.base + off,
+    .count = end - off, .offset = off,
+  };
+}
+
+/* Take the DIRTY run's chunks one by one: CAS to CLEAN, then take
+ * their sector bits (chunkmap.h for the order) and turn the dirty
+ * sectors into requests.  A chunk that turned ZERO meanwhile is
+ * written whole (RAM is all zero there, the store is not).  Returns
+ * the chunks taken.
+ */
+static uint64_t
+take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
+              size_t *nio, size_t cap)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  size_t first_io = *nio;
+  uint64_t c, taken = 0;
+
+  for (c = run->first; c < run->first + run->n; c++) {
+    uint64_t moved[4], s, end;
+    bool whole;
+
+    if (chunkmap_move (&rb->map, c, 1, CS_ANY_DIRTY, CS_CLEAN, moved) == 0)
+      continue;
+    taken++;
+    whole = moved[CS_ZERO] > 0 || *nio == cap;
+    s = c << shift;
+    end = s + (UINT64_C (1) << shift);
+    while (s < end) {
+      unsigned n = RB_MIN (end - s, 64 - s % 64);
+      uint64_t b = chunkmap_take_bits (&rb->map, s, n);
+
+      if (whole)
+        b = n == 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
+      while (b) {
+        unsigned lo = rb_ctz64 (b), len;
+        uint64_t x = b >> lo;
+
+        len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
+        add_sectors (rb, ios, nio, cap, first_io, s + lo, len);
+        b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
+      }
+      s += n;
+    }
+  }
+  return taken;
 }
 
 /* Steps 2-5 above.  Returns 0, or -1 with errno of the first failure;
@@ -149,7 +278,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   struct rl_node *nodes = fs->nodes;
   uint64_t bytes = 0, gen;
   int first_err = 0;
-  size_t i;
+  size_t i, nio = 0;
 
   for (i = 0; i < k; i++) {
     uint64_t off = chunk_offset (rb, runs[i].first);
@@ -164,29 +293,37 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   for (i = 0; i < k; i++) {
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
     unsigned from = runs[i].kind == CS_ZERO ? CS_BIT (CS_ZERO) : CS_ANY_DIRTY;
+    /* Room for this run, leaving one request for each run after it. */
+    size_t cap = RB_FLUSH_BATCH_IOS - (k - 1 - i);
 
     /* With resume: the chunk is "not durable" before it is CLEAN. */
     if (rb->nb)
       rb_nb_set (rb, runs[i].first, runs[i].n);
-    runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
-                                   from, CS_CLEAN, NULL);
+    if (runs[i].kind == CS_DIRTY && rb->map.sect)
+      runs[i].taken = take_sectors (rb, &runs[i], ios, &nio, cap);
+    else {
+      runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
+                                     from, CS_CLEAN, NULL);
+      ios[nio++] = (struct rb_io) {
+        .op = runs[i].kind == CS_ZERO ? RB_IO_ZERO : RB_IO_WRITE,
+        .buf = runs[i].kind == CS_ZERO ? NULL : rb->ram.base + off,
+        .count = len, .offset = off,
+      };
+    }
     rb_atomic_add (&rb->inflight_chunks, runs[i].taken);
-    ios[i] = (struct rb_io) {
-      .op = runs[i].kind == CS_ZERO ? RB_IO_ZERO : RB_IO_WRITE,
-      .buf = runs[i].kind == CS_ZERO ? NULL : rb->ram.base + off,
-      .count = len, .offset = off,
-    };
   }
 
-  if (rb->store->ops->submit (rb->store, ios, k) == -1)
+  if (nio > 0 && rb->store->ops->submit (rb->store, ios, nio) == -1)
     first_err = errno ? errno : EIO;
 
-  for (i = 0; i < k; i++) {
+  for (i = 0; i < nio; i++) {
     if (ios[i].err) {
       rb_redirty (rb, ios[i].offset, ios[i].count);
       rb_atomic_store (&rb->store_failing, true);
       rb_record_store_error (rb, ios[i].err, "write back",
                              ios[i].count, ios[i].offset);
+      if (first_err == 0)
+        first_err = ios[i].err;
     }
     else {
       rb_write_done (rb, gen, ios[i].offset, ios[i].count);
@@ -194,6 +331,8 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
       if (ios[i].op == RB_IO_WRITE)
         bytes += ios[i].count;
     }
+  }
+  for (i = 0; i < k; i++) {
     rb_atomic_sub (&rb->inflight_chunks, runs[i].taken);
     rangelock_release (&rb->rl, &nodes[i]);
   }
@@ -205,8 +344,8 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
     rb_cond_broadcast (&rb->space_cond);
   }
   if (rb_tracing (rb))
-    rb_log ("flush: %zu runs, %" PRIu64 " bytes%s", k, bytes,
-            first_err ? " (with errors)" : "");
+    rb_log ("flush: %zu runs, %zu requests, %" PRIu64 " bytes%s", k, nio,
+            bytes, first_err ? " (with errors)" : "");
   if (first_err) {
     rb_set_errno (first_err);
     return -1;
@@ -291,6 +430,39 @@ sync_needed (struct rb *rb, uint64_t target)
  */
 #define COALESCE_MS 20
 
+/* flush-delay=: may the flusher hold dirty data back now?  Not when
+ * somebody waits for it (see the top of the file).
+ */
+static bool
+may_delay_locked (struct rb *rb, uint64_t target)
+{
+  return rb->cfg.flush_delay > 0 && !rb->stopping &&
+    rb->sync_requested == target &&
+    rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
+    !rb_dirty_pressure (rb);
+}
+
+/* Wait until deadline while may_delay_locked.  flusher_delaying is set
+ * before the conditions are checked, and rb_flusher_hurry changes them
+ * before it reads it (all seq_cst): either we see the change or it
+ * sees the flag and signals, under the lock we wait with.
+ */
+static void
+delay_locked (struct rb *rb, uint64_t target, uint64_t deadline)
+{
+  rb_atomic_store (&rb->flusher_delaying, true);
+  while (may_delay_locked (rb, target) &&
+         rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline))
+    ;
+  rb_atomic_store (&rb->flusher_delaying, false);
+}
+
+static uint64_t
+flush_delay_ns (struct rb *rb)
+{
+  return rb->cfg.flush_delay * UINT64_C (1000000000);
+}
+
 static void
 coalesce_locked (struct rb *rb, uint64_t target)
 {
@@ -338,6 +510,8 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   uint64_t gen, t;
   int err;
 
+  fs->pass_start = rb_now_ns ();
+  fs->delaying = false;
   fs->suspects = redirty_suspects (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -405,6 +579,16 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
     rb_atomic_store (&rb->flusher_idle, true);
     return RB_STEP_IDLE;
   }
+  /* New dirty data only: flush-delay= holds it back until the delay
+   * since this pass began is over.
+   */
+  if (may_delay_locked (rb, fs->target)) {
+    uint64_t until = fs->pass_start + flush_delay_ns (rb), now = rb_now_ns ();
+    if (now < until) {
+      fs->delaying = true;
+      return until - now;
+    }
+  }
   return 0;
 }
 
@@ -426,8 +610,13 @@ rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
     while (!rb->stopping && !have_work_locked (rb, fs->target))
       rb_cond_wait (&rb->flusher_cond, &rb->lock);
     rb_atomic_store (&rb->flusher_idle, false);
-    coalesce_locked (rb, fs->target);
+    if (rb->cfg.flush_delay)
+      delay_locked (rb, fs->target, rb_now_ns () + flush_delay_ns (rb));
+    else
+      coalesce_locked (rb, fs->target);
   }
+  else if (fs->delaying)
+    delay_locked (rb, fs->target, rb_now_ns () + delay);
   else if (fs->wakeable)
     rb_cond_wait_until (&rb->flusher_cond, &rb->lock, rb_now_ns () + delay);
   else {
@@ -514,6 +703,16 @@ void
 rb_flusher_kick (struct rb *rb)
 {
   if (rb_atomic_load (&rb->flusher_idle)) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_signal (&rb->flusher_cond);
+  }
+}
+
+void
+rb_flusher_hurry (struct rb *rb)
+{
+  if (rb_atomic_load (&rb->flusher_idle) ||
+      rb_atomic_load (&rb->flusher_delaying)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_signal (&rb->flusher_cond);
   }
@@ -645,6 +844,7 @@ rb_redirty (struct rb *rb, uint64_t offset, uint64_t count)
   uint64_t c0 = chunk_of (rb, offset);
   uint64_t c1 = chunk_of (rb, offset + count - 1);
 
+  rb_mark_sectors (rb, offset, count);
   chunkmap_move (&rb->map, c0, c1 - c0 + 1,
                  CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   rb_flusher_kick (rb);

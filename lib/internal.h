@@ -54,8 +54,15 @@ struct rb_run {
   uint64_t first, n;
   enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
   uint64_t taken;               /* chunks moved to CLEAN by us */
+  uint64_t bytes;               /* CS_DIRTY: dirty bytes (an estimate) */
 };
 #define RB_FLUSH_BATCH_RUNS 32
+/* Store requests per batch: a run of chunks with sector bits becomes
+ * one request per run of dirty sectors.
+ */
+#define RB_FLUSH_BATCH_IOS 256
+/* The sector bits' sector: 4 KiB (or the chunk, if smaller). */
+#define RB_SECTOR_SHIFT 12u
 
 /* The flusher's state [flusher], with its batch (too big for a kernel
  * stack: it lives in struct rb).
@@ -65,8 +72,10 @@ struct rb_flusher_state {
   uint64_t target;              /* the last ticket the last pass covered */
   bool suspects;                /* the store may hand over more suspects */
   bool wakeable;                /* the delay may end early on a kick */
+  bool delaying;                /* the delay is flush-delay='s */
+  uint64_t pass_start;          /* when the last pass began (ns) */
   struct rb_run runs[RB_FLUSH_BATCH_RUNS];
-  struct rb_io ios[RB_FLUSH_BATCH_RUNS];
+  struct rb_io ios[RB_FLUSH_BATCH_IOS];
   struct rl_node nodes[RB_FLUSH_BATCH_RUNS];
 };
 
@@ -101,11 +110,14 @@ struct rb {
   uint32_t chunk_size;
   unsigned chunk_shift;
   uint64_t nchunks;
+  unsigned sector_shift;        /* log2 of the sector bits' sector size */
 
   int mode;                     /* [atomic] enum rb_mode */
   bool trace;                   /* [atomic] */
   bool populated;               /* [atomic] every chunk loaded */
   bool flusher_idle;            /* [atomic] flusher waits for a kick */
+  bool flusher_delaying;        /* [atomic] flusher holds dirty data back
+                                   (flush-delay=) until hurried */
   uint64_t dirty_limit;         /* [atomic] bytes, 0: none */
   bool store_failing;           /* [atomic] a write or sync failed since
                                    the last clean sweep (read failures
@@ -198,6 +210,16 @@ chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
   return (end > rb->size ? rb->size : end) - start;
 }
 
+/* Set the sector bits (chunkmap.h) of [offset, offset+count). */
+static inline void
+rb_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  uint64_t s0 = offset >> rb->sector_shift;
+  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
+
+  chunkmap_mark (&rb->map, s0, s1 - s0 + 1);
+}
+
 static inline bool
 rb_tracing (struct rb *rb)
 {
@@ -251,6 +273,10 @@ extern int rb_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
 extern int rb_flusher_stop (struct rb *rb);
 extern void rb_flusher_kick (struct rb *rb);
+/* The same, and also end a flush-delay= wait: dirty data is wanted on
+ * the store now (the dirty limit, writethrough mode).
+ */
+extern void rb_flusher_hurry (struct rb *rb);
 extern void rb_flusher_state_init (struct rb_flusher_state *fs);
 /* One flusher pass: a sweep over every dirty chunk and the sync. */
 extern uint64_t rb_flush_step (struct rb *rb, struct rb_flusher_state *fs);
@@ -294,6 +320,8 @@ extern void rb_resume_map (struct rb *rb);
 extern void rb_throttle (struct rb *rb);
 /* Would rb_throttle wait now?  Lock-free (rb_try_pwrite). */
 extern bool rb_over_dirty_limit (struct rb *rb);
+/* Over half the dirty limit: write back should not wait (flush.c). */
+extern bool rb_dirty_pressure (struct rb *rb);
 
 /* A request's data when it is not one flat buffer (the kernel target:
  * a bio's pages).  copy() moves all 'count' bytes of the request, from

@@ -177,23 +177,32 @@ kick (struct rb *rb, const struct req *r)
 static uint64_t
 move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 {
-  uint64_t f, l, n = r->c1 - r->c0 + 1;
+  uint64_t f, l, n = r->c1 - r->c0 + 1, end = r->offset + r->count;
   uint64_t moved;
 
-  if (r->op == OP_WRITE)
+  /* The sector bits before the state (chunkmap.h). */
+  if (r->op == OP_WRITE) {
+    rb_mark_sectors (rb, r->offset, r->count);
     moved = chunkmap_move (&rb->map, r->c0, n,
                            empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_ZERO),
                            CS_DIRTY, NULL);
+  }
   else {
     moved = 0;
     if (empty && full_chunks (rb, r, &f, &l))
       moved += chunkmap_move (&rb->map, f, l - f + 1, empty, CS_ZERO, NULL);
-    if (partial (rb, r, r->c0))
+    if (partial (rb, r, r->c0)) {
+      rb_mark_sectors (rb, r->offset,
+                       RB_MIN (end, chunk_offset (rb, r->c0 + 1)) - r->offset);
       moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
-    if (r->c1 != r->c0 && partial (rb, r, r->c1))
+    }
+    if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
+      rb_mark_sectors (rb, chunk_offset (rb, r->c1),
+                       end - chunk_offset (rb, r->c1));
       moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
+    }
   }
   return moved;
 }
@@ -255,19 +264,31 @@ rb_over_dirty_limit (struct rb *rb)
   return limit != 0 && over (rb, limit);
 }
 
+bool
+rb_dirty_pressure (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+  return limit != 0 && over (rb, limit / 2);
+}
+
 void
 rb_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
 #define OVER() over (rb, limit)
+  /* flush-delay=: past half the limit, write back waits no more. */
+  if (limit != 0 && rb_atomic_load (&rb->flusher_delaying) &&
+      over (rb, limit / 2))
+    rb_flusher_hurry (rb);
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
   if (rb->jops)                 /* the dirty data drains by commits */
     rb->jops->hurry (rb);
   else
-    rb_flusher_kick (rb);
+    rb_flusher_hurry (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   while (!rb->stopping && OVER ()) {
     rb_cond_wait (&rb->space_cond, &rb->lock);

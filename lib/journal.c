@@ -9,7 +9,7 @@
  *   [4096, 4096 + area_size)  the circular area of transactions
  *
  * Super block (struct rbj_super, little endian, CRC-32C in its last 4
- * bytes): magic "RAMBACKJ", version 1, the sizes of the journal, of its
+ * bytes): magic "RAMBACKJ", version 2, the sizes of the journal, of its
  * area and of the backing store it belongs to, a generation (each write
  * of the super block goes to copy gen % 2, so a torn write of one copy
  * leaves the other), a nonce, and the tail: the logical position and
@@ -29,8 +29,14 @@
  *               desc_len, data_len), then nextents x struct
  *               rbj_disk_extent (backing offset, length, kind DATA or
  *               ZERO, CRC-32C of the extent's data), then the CRC-32C of
- *               everything before it; padded to desc_len (512 multiple)
+ *               everything before it; padded to desc_len, which ends on
+ *               a 4096-byte boundary of the area (desc_len_at; the
+ *               padding is not written)
  *   data        the DATA extents' bytes, in order, padded to data_len
+ *               (512 multiple): it starts 4 KiB aligned in the store
+ *               (the area's start and size are 4 KiB multiples) and
+ *               is written from a page-aligned buffer, so a file store
+ *               takes it with O_DIRECT (store-file.c)
  *   commit      one block: struct rbj_commit (magic "RJXC", the
  *               descriptor's CRC, nonce, seq, total length, CRC-32C)
  *
@@ -40,6 +46,11 @@
  * it is committed when its commit block is durable, and it counts only
  * if every CRC checks (a power cut may keep any subset of the blocks,
  * torn ones included).  Sequence numbers are consecutive.
+ *
+ * Version 1 had no padding (the data right after the descriptor, at a
+ * 512-byte boundary).  A version 1 journal that holds a transaction is
+ * refused (the release that wrote it replays it); an empty one (after
+ * a clean stop) is formatted anew.
  *
  * Replay (at open, and rbj_recover offline) starts at the super block's
  * tail and takes transactions while they have the expected sequence
@@ -82,7 +93,7 @@
 #include "ramback.h"
 
 #define SUPER_MAGIC "RAMBACKJ"
-#define RBJ_VERSION 1
+#define RBJ_VERSION 2
 #define DESC_MAGIC 0x44584a52u          /* "RJXD" */
 #define COMMIT_MAGIC 0x43584a52u        /* "RJXC" */
 
@@ -226,22 +237,54 @@ rbj_crc32c (uint32_t crc, const void *buf, size_t len)
 
 /* ---- helpers ---- */
 
+void *
+rbj_alloc (size_t len)
+{
+  long page = sysconf (_SC_PAGESIZE);
+  size_t a = page > RBJ_ALIGN ? (size_t) page : RBJ_ALIGN;
+  void *p;
+  int r = posix_memalign (&p, a, len ? len : 1);
+
+  if (r != 0) {
+    errno = r;
+    return NULL;
+  }
+  return p;
+}
+
 static uint64_t
 align_up (uint64_t n)
 {
   return (n + RBJ_BLOCK - 1) & ~(uint64_t) (RBJ_BLOCK - 1);
 }
 
+/* The descriptor's bytes that matter (header, extents, CRC), rounded
+ * to a block: what is written.
+ */
 static uint64_t
-desc_len_of (size_t n)
+desc_used_len (size_t n)
 {
   return align_up (sizeof (struct rbj_desc_hdr) + n * RBJ_EXTENT_BYTES + 4);
+}
+
+/* The descriptor's length for a transaction at logical position pos:
+ * up to the first 4 KiB boundary after its used part, so the data
+ * starts aligned.
+ */
+static uint64_t
+desc_len_at (uint64_t pos, size_t n)
+{
+  uint64_t end = pos + desc_used_len (n);
+
+  end = (end + RBJ_DATA_ALIGN - 1) & ~(uint64_t) (RBJ_DATA_ALIGN - 1);
+  return end - pos;
 }
 
 uint64_t
 rbj_txn_bytes (size_t nextents, uint64_t data_bytes)
 {
-  return desc_len_of (nextents) + align_up (data_bytes) + RBJ_BLOCK;
+  return desc_used_len (nextents) + (RBJ_DATA_ALIGN - RBJ_BLOCK) +
+    align_up (data_bytes) + RBJ_BLOCK;
 }
 
 uint64_t
@@ -332,11 +375,36 @@ super_crc (const struct rbj_super *s)
   return rbj_crc32c (0, s, offsetof (struct rbj_super, crc));
 }
 
+/* A super block of any version (the version is checked by open). */
 static bool
 super_valid (const struct rbj_super *s)
 {
   return memcmp (s->magic, SUPER_MAGIC, 8) == 0 &&
-    le32toh (s->crc) == super_crc (s) && le32toh (s->version) == RBJ_VERSION;
+    le32toh (s->crc) == super_crc (s);
+}
+
+/* A version 1 journal: does its tail hold a transaction of its run
+ * (the descriptor's magic, nonce and sequence number)?  Version 1 had
+ * the same super block and descriptor header, and the area at 4096.
+ * -1 on a read error.
+ */
+static int
+v1_holds_txn (struct rb_store *js, const struct rbj_super *s)
+{
+  uint64_t area = le64toh (s->area_size), tail = le64toh (s->tail);
+  uint8_t b[RBJ_BLOCK];
+  struct rbj_desc_hdr h;
+
+  if (le64toh (s->area_start) != RBJ_AREA_START || area < RBJ_BLOCK ||
+      area % RBJ_BLOCK || RBJ_AREA_START + area > js->size)
+    return 1;                   /* damaged: do not guess */
+  tail = tail % area & ~(uint64_t) (RBJ_BLOCK - 1);
+  if (rb_store_pread (js, b, sizeof b, RBJ_AREA_START + tail) == -1)
+    return -1;
+  memcpy (&h, b, sizeof h);
+  return le32toh (h.magic) == DESC_MAGIC &&
+    le64toh (h.nonce) == le64toh (s->nonce) &&
+    le64toh (h.seq) == le64toh (s->tail_seq);
 }
 
 /* Write the super block with the current tail (the next copy) and sync. */
@@ -415,7 +483,7 @@ rbj_begin (struct rb_journal *j, size_t n, uint64_t data_bytes,
   if (j->head + total > j->durable_tail + j->area_size &&
       write_super (j) == -1)
     return -1;
-  *data_pos = j->head + desc_len_of (n);
+  *data_pos = j->head + desc_len_at (j->head, n);
   return 0;
 }
 
@@ -441,7 +509,8 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
             uint64_t *start, uint64_t *len)
 {
   static const uint8_t zeroes[RBJ_BLOCK];
-  uint64_t desc_len = desc_len_of (n), data = 0, data_len, total;
+  uint64_t desc_len = desc_len_at (j->head, n), data = 0, data_len, total;
+  uint64_t desc_used = desc_used_len (n);
   CLEANUP_FREE uint8_t *desc = NULL;
   struct rbj_desc_hdr *h;
   struct rbj_disk_extent *e;
@@ -457,11 +526,12 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   data_len = align_up (data);
   total = desc_len + data_len + RBJ_BLOCK;
 
-  desc = calloc (1, desc_len);
+  desc = rbj_alloc (desc_used);
   if (desc == NULL) {
     rb_set_error (errno, "journal %s: out of memory", j->name);
     return -1;
   }
+  memset (desc, 0, desc_used);
   h = (struct rbj_desc_hdr *) desc;
   h->magic = htole32 (DESC_MAGIC);
   h->nextents = htole32 (n);
@@ -495,7 +565,7 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   /* The descriptor, the data's padding and the commit block; then one
    * sync makes the whole transaction durable.
    */
-  k += area_io (j, RB_IO_WRITE, j->head, desc, desc_len, io + k);
+  k += area_io (j, RB_IO_WRITE, j->head, desc, desc_used, io + k);
   if (data_len > data)
     k += area_io (j, RB_IO_WRITE, j->head + desc_len + data,
                   (void *) zeroes, data_len - data, io + k);
@@ -559,11 +629,11 @@ replay_one (struct rb_journal *j, struct rb_store *back, uint64_t pos,
   n = le32toh (h.nextents);
   desc_len = le64toh (h.desc_len);
   data_len = le64toh (h.data_len);
-  if (n == 0 || desc_len != desc_len_of (n) || data_len % RBJ_BLOCK ||
+  if (n == 0 || desc_len != desc_len_at (pos, n) || data_len % RBJ_BLOCK ||
       data_len > room || desc_len + data_len + RBJ_BLOCK > room)
     return 0;
   if ((desc = malloc (desc_len)) == NULL ||
-      (data = malloc (data_len ? data_len : 1)) == NULL) {
+      (data = rbj_alloc (data_len)) == NULL) {
     rb_set_error (errno, "journal %s: out of memory for a transaction of "
                   "%" PRIu64 " bytes", j->name, desc_len + data_len);
     return -1;
@@ -718,6 +788,38 @@ rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
         (best == NULL || le64toh (s[i].gen) > le64toh (best->gen)))
       best = &s[i];
 
+  if (best && le32toh (best->version) != RBJ_VERSION) {
+    int r;
+
+    if (le32toh (best->version) != 1) {
+      rb_set_error (EINVAL, "journal=%s is a ramback journal of format "
+                    "version %" PRIu32 ", which this release (version %d) "
+                    "does not know: replay it with the release that wrote "
+                    "it (ramback recover BACK JOURNAL)", name,
+                    le32toh (best->version), RBJ_VERSION);
+      goto fail;
+    }
+    r = v1_holds_txn (js, best);
+    if (r == -1) {
+      rb_set_error (errno, "journal=%s: cannot read it: %s", name,
+                    rb_get_error ());
+      goto fail;
+    }
+    if (r) {
+      rb_set_error (EINVAL, "journal=%s is a ramback journal of format "
+                    "version 1 (an earlier ramback) and may hold "
+                    "transactions not yet on the backing store: replay "
+                    "them with that release first (ramback recover BACK "
+                    "JOURNAL, or a start and clean stop of its plugin), "
+                    "then start this one, which formats the empty journal "
+                    "as version %d", name, RBJ_VERSION);
+      goto fail;
+    }
+    rb_log ("journal=%s: an empty journal of format version 1, formatted "
+            "as version %d", name, RBJ_VERSION);
+    best = NULL;                /* empty: format it anew */
+    memset (head, 0, sizeof head);
+  }
   if (best == NULL) {
     if (!all_zero (head, sizeof head)) {
       rb_set_error (EINVAL, "journal=%s holds data that is not a ramback "
@@ -729,7 +831,8 @@ rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
     }
     j->journal_size = js->size;
     j->area_start = RBJ_AREA_START;
-    j->area_size = (js->size - RBJ_AREA_START) & ~(uint64_t) (RBJ_BLOCK - 1);
+    j->area_size = (js->size - RBJ_AREA_START) &
+      ~(uint64_t) (RBJ_DATA_ALIGN - 1);
     j->next_seq = 1;
     rp->formatted = true;
   }
@@ -748,7 +851,7 @@ rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
       goto fail;
     }
     if (j->area_start != RBJ_AREA_START || j->area_size < RBJ_BLOCK * 8 ||
-        j->area_size % RBJ_BLOCK ||
+        j->area_size % RBJ_DATA_ALIGN ||
         j->area_start + j->area_size > js->size) {
       rb_set_error (EINVAL, "journal=%s: its super block describes an area "
                     "of %" PRIu64 " bytes at %" PRIu64 ", which does not fit "

@@ -19,12 +19,21 @@
 
 #define RBJ_BLOCK 512
 #define RBJ_AREA_START 4096
+/* The alignment of buffers for direct I/O (at least this; a page if
+ * larger).
+ */
+#define RBJ_ALIGN 4096
 /* Smallest journal store accepted. */
 #define RBJ_MIN_SIZE (UINT64_C (1) << 20)
-/* A transaction's fixed cost in the journal: the descriptor header,
- * the commit block and rounding of the descriptor and of the data.
+/* The alignment of a transaction's data in the journal (and of the
+ * area's size), so the append can go with O_DIRECT.
  */
-#define RBJ_TXN_FIXED (4 * RBJ_BLOCK)
+#define RBJ_DATA_ALIGN 4096
+/* A transaction's fixed cost in the journal: the descriptor header,
+ * its padding up to the data's alignment, the commit block and
+ * rounding of the descriptor and of the data.
+ */
+#define RBJ_TXN_FIXED (RBJ_DATA_ALIGN + 4 * RBJ_BLOCK)
 /* The descriptor's cost per extent. */
 #define RBJ_EXTENT_BYTES 24
 
@@ -64,7 +73,9 @@ extern struct rb_journal *rbj_open (struct rb_store *js, const char *name,
 /* A clean stop: everything was applied; mark the journal empty. */
 extern int rbj_close (struct rb_journal *j, bool clean);
 
-/* Bytes of the circular area, and the space a transaction needs. */
+/* Bytes of the circular area, and the space a transaction needs at
+ * most (its descriptor's padding depends on where it starts).
+ */
 extern uint64_t rbj_capacity (const struct rb_journal *j);
 extern uint64_t rbj_txn_bytes (size_t nextents, uint64_t data_bytes);
 
@@ -114,6 +125,11 @@ extern int rbj_recover (const struct rb_store_params *back,
  * there were any.
  */
 extern bool rbj_settle (struct rb_store *s);
+
+/* A buffer aligned for direct I/O (at least a page, RBJ_ALIGN), freed
+ * with free(): NULL with errno on failure.
+ */
+extern void *rbj_alloc (size_t len);
 
 /* CRC-32C (Castagnoli), as iSCSI and ext4 use it. */
 extern uint32_t rbj_crc32c (uint32_t crc, const void *buf, size_t len);

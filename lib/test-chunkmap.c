@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* Unit tests of the chunk state map (chunkmap.h) against a byte-per-chunk
  * model: moves, counters, searches, the partial last word, and a map
- * rebuilt from its words alone (chunkmap_init_at, for resume).
+ * rebuilt from its words alone (chunkmap_init_at, for resume), and the
+ * sector bits.
  */
 
 #include <config.h>
@@ -123,6 +124,62 @@ test_random (void)
   }
 }
 
+/* The sector bits: set and taken in pieces, within and across words;
+ * a move ZERO -> DIRTY sets all of a chunk's bits; a map rebuilt with
+ * dirty chunks starts with all their bits set.
+ */
+static void
+test_sectors (void)
+{
+  struct chunkmap cm;
+  uint64_t words[4] = { 0, 0, 0, 0 }, s;
+  unsigned shift;
+
+  for (shift = 0; shift <= 8; shift += 4) {       /* 1, 16, 256 per chunk */
+    uint64_t per = UINT64_C (1) << shift;
+
+    g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
+    g_assert_cmpint (chunkmap_init_sectors (&cm, shift), ==, 0);
+    chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+    /* Nothing set yet. */
+    for (s = 0; s < 100 * per; s += 64)
+      g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 64), ==, 0);
+
+    /* A run across a word boundary: sectors 60..69. */
+    chunkmap_mark (&cm, 60, 10);
+    g_assert_cmpuint (chunkmap_peek_bits (&cm, 56, 8), ==, 0xf0);
+    g_assert_cmpuint (chunkmap_peek_bits (&cm, 64, 8), ==, 0x3f);
+    g_assert_cmpuint (chunkmap_take_bits (&cm, 58, 4), ==, 0xc);
+    g_assert_cmpuint (chunkmap_peek_bits (&cm, 56, 8), ==, 0xc0);
+    g_assert_cmpuint (chunkmap_take_bits (&cm, 0, 64), ==,
+                      UINT64_C (3) << 62);
+    g_assert_cmpuint (chunkmap_take_bits (&cm, 64, 64), ==, 0x3f);
+    g_assert_cmpuint (chunkmap_take_bits (&cm, 64, 64), ==, 0);
+
+    /* ZERO -> DIRTY: every sector of the chunk; CLEAN -> DIRTY: none. */
+    chunkmap_move (&cm, 7, 1, CS_BIT (CS_CLEAN), CS_ZERO, NULL);
+    chunkmap_move (&cm, 7, 2, CS_ANY_DIRTY | CS_BIT (CS_CLEAN), CS_DIRTY,
+                   NULL);
+    for (s = 0; s < 100 * per; s++) {
+      uint64_t b = chunkmap_peek_bits (&cm, s, 1);
+      g_assert_cmpuint (b, ==, s >= 7 * per && s < 8 * per ? 1 : 0);
+    }
+    chunkmap_free (&cm);
+  }
+
+  /* Resume: the dirty chunks of a map from before have all their bits. */
+  g_assert_cmpint (chunkmap_init_at (&cm, 100, words, false), ==, 0);
+  chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+  chunkmap_move (&cm, 33, 2, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+  chunkmap_free (&cm);
+  g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
+  g_assert_cmpint (chunkmap_init_sectors (&cm, 4), ==, 0);
+  for (s = 0; s < 100 * 16; s++)
+    g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
+                      s >= 33 * 16 && s < 35 * 16 ? 1 : 0);
+  chunkmap_free (&cm);
+}
+
 static void
 test_names (void)
 {
@@ -136,5 +193,6 @@ main (int argc, char *argv[])
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/chunkmap/random", test_random);
   g_test_add_func ("/chunkmap/names", test_names);
+  g_test_add_func ("/chunkmap/sectors", test_sectors);
   return g_test_run ();
 }

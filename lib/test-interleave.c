@@ -196,10 +196,10 @@ struct fx {
 };
 
 static void
-fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
-         bool start, uint64_t dirty_max)
+fx_open_cs (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
+            bool start, uint64_t dirty_max, uint32_t chunk_size)
 {
-  struct rb_config c = { .chunk_size = CHUNK, .populate = populate,
+  struct rb_config c = { .chunk_size = chunk_size, .populate = populate,
                          .fsync_wait = fsync_wait, .dirty_max = dirty_max,
                          .store.tls_verify_peer = -1 };
 
@@ -216,6 +216,13 @@ fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
     if (populate)
       g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
   }
+}
+
+static void
+fx_open (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
+         bool start, uint64_t dirty_max)
+{
+  fx_open_cs (f, seed, fsync_wait, populate, start, dirty_max, CHUNK);
 }
 
 /* Write and put it in the model; the write must succeed. */
@@ -447,6 +454,80 @@ test_write_during_store (void)
   fx_write (&f, v2, 1000, x + 3000, 0);
   ts_gate_open (g);
   fx_finish (&f, "a write during the write back of its chunk");
+}
+
+/* --- sector bits: partial chunks -------------------------------------- */
+
+#define BIG_CHUNK (64 * 1024)
+#define SECTOR 4096
+
+/* 64 KiB chunks, so a chunk has 16 sectors.  One sector of chunk X is
+ * written back alone (the gate matches a 4 KiB store request: a whole
+ * chunk would never reach it) and held there; meanwhile the same
+ * sector and another one of X are written.  Both must reach the store:
+ * the flusher took the bits before it captured the data, so the new
+ * writes set them again and X is dirty again.
+ */
+static void
+test_sector_write_during_store (void)
+{
+  struct fx f;
+  uint64_t x = 5 * BIG_CHUNK, s3 = x + 3 * SECTOR, s9 = x + 9 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v1 = NULL, *v2 = NULL, *v3 = NULL;
+  struct ts_gate *g;
+
+  fx_open_cs (&f, 61, false, true, true, 0, BIG_CHUNK);
+  v1 = fx_random (&f, SECTOR);
+  v2 = fx_random (&f, SECTOR);
+  v3 = fx_random (&f, 100);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v1, SECTOR, s3, 0);
+  ts_gate_wait (g);
+  fx_write (&f, v2, SECTOR, s3, 0);
+  fx_write (&f, v3, 100, s9 + 7, 0);
+  ts_gate_open (g);
+  fx_finish (&f, "sector writes during the write back of their chunk");
+}
+
+/* A write back of one sector fails: the sector stays dirty (and only
+ * what failed is written again, which the store then takes).
+ */
+static void
+test_sector_store_fails (void)
+{
+  struct fx f;
+  uint64_t x = 9 * BIG_CHUNK + 2 * SECTOR;
+  g_autofree uint8_t *v = NULL;
+
+  fx_open_cs (&f, 67, false, true, true, 0, BIG_CHUNK);
+  v = fx_random (&f, 2 * SECTOR);
+  ts_fail_writes (f.ts, 1);
+  fx_write (&f, v, 2 * SECTOR, x, 0);
+  g_assert_cmpint (rb_sync (f.rb, -1), ==, -1);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 1);
+  fx_finish (&f, "a failed write back of sectors");
+}
+
+/* A chunk zeroed whole (ZERO) and then written in one sector before it
+ * was written back: the store still has the old data in the other 15
+ * sectors, so the whole chunk must be written back, not the sector.
+ */
+static void
+test_sector_zero_then_write (void)
+{
+  struct fx f;
+  uint64_t x = 3 * BIG_CHUNK;
+  g_autofree uint8_t *v = NULL;
+
+  fx_open_cs (&f, 71, false, true, false, 0, BIG_CHUNK);
+  v = fx_random (&f, SECTOR);
+  g_assert_cmpint (rb_zero (f.rb, BIG_CHUNK, x, 0), ==, 0);
+  memset (f.model + x, 0, BIG_CHUNK);
+  fx_write (&f, v, SECTOR, x + 4 * SECTOR, 0);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  fx_finish (&f, "a sector written into a zeroed chunk");
 }
 
 /* --- populate must not load over a newer write ------------------------ */
@@ -1135,5 +1216,10 @@ main (int argc, char *argv[])
                    test_sync_error_writethrough);
   g_test_add_func ("/interleave/sync-error-fua", test_sync_error_fua);
   g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);
+  g_test_add_func ("/interleave/sector-write-during-store",
+                   test_sector_write_during_store);
+  g_test_add_func ("/interleave/sector-store-fails", test_sector_store_fails);
+  g_test_add_func ("/interleave/sector-zero-then-write",
+                   test_sector_zero_then_write);
   return g_test_run ();
 }

@@ -175,6 +175,11 @@ ramback_config_key (const char *key, const char *value)
       return -1;
     c->ups_window = i;
   }
+  else if (strcmp (key, "flush-delay") == 0) {
+    if (parse_int (key, value, 0, RB_MAX_FLUSH_DELAY, &i) == -1)
+      return -1;
+    c->flush_delay = i;
+  }
   else if (strcmp (key, "populate-rate") == 0)
     return parse_size (key, value, 1, &c->populate_rate);
   else if (strcmp (key, "flush-rate") == 0)
@@ -257,6 +262,12 @@ ramback_config_check_common (void)
     nbdkit_error ("resume= only applies with ram=PATH (an image in "
                   "anonymous memory does not outlive ramback): add ram= "
                   "or remove resume=");
+    return -1;
+  }
+  if (c->flush_delay && c->journal) {
+    nbdkit_error ("flush-delay= does not apply with journal= (the journal "
+                  "commits on its own interval, commit-interval=): remove "
+                  "one of them");
     return -1;
   }
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)

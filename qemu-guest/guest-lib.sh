@@ -88,7 +88,8 @@ _g_initrd=$T/initrd.img
   ov=$T/overlay
   mkdir -p "$ov/guest" "$ov/src"
   cp "$guest_srcdir/guest/init" "$ov/init"
-  cp "$guest_srcdir/guest/lib.sh" "$guest_srcdir/guest/steps.sh" "$ov/guest/"
+  cp "$guest_srcdir/guest/console.sh" "$guest_srcdir/guest/lib.sh" \
+     "$guest_srcdir/guest/steps.sh" "$ov/guest/"
   for p in a b quick; do cp "$CACHE/src-$p.sha256" "$ov/src/$p.sha256"; done
   chmod 755 "$ov/init"
   cd "$ov" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1

@@ -3,7 +3,9 @@
 # file store, and that an idle server uses no CPU.
 perf_tests = \
 	test-direct-io.sh \
+	test-flush-delay.sh \
 	test-idle-cpu.sh \
+	test-write-amp.sh \
 	test-written-bytes.sh \
 	$(NULL)
 TESTS += $(perf_tests)

@@ -7,24 +7,7 @@ NBD_PORT=10809
 DEV=/dev/nbd0
 MNT=/mnt/t
 
-now () { cut -d' ' -f1 /proc/uptime; }
-mark () { echo "RAMBACK-MARK: $1 $(now)"; }
-
-# The verdict goes out last; poweroff -f does not return.  sync first so
-# a passing guest never leaves the nbd device with queued writes.
-pass () {
-    sync
-    echo "RAMBACK-RESULT: PASS"
-    poweroff -f
-}
-fail () {
-    echo "RAMBACK-RESULT: FAIL $*"
-    poweroff -f
-}
-
-# elapsed START: seconds since START (a now value), two decimals.
-elapsed () { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-timing () { echo "RAMBACK-TIME: $1 $2"; }
+. /guest/console.sh
 
 # attach [CONNS]: connect /dev/nbd0 to the host's nbdkit.  Netlink (the
 # default) sets the device up with all connections at once.

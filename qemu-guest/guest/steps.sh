@@ -121,3 +121,55 @@ step_bench () {
     umount_fs
     detach
 }
+
+# jfile I: the content of fsync'd file I (4 KiB to 64 KiB, made from I,
+# so the recover step can rebuild it without a manifest).
+jfile () { yes "jcut file $1" | head -c $(( ($1 % 16 + 1) * 4096 )); }
+
+# jcut: a new filesystem; the quick part is untarred in the background
+# while files f1, f2, ... are written and fsync'd one after the other
+# (the file, then its directory); "jsync-I" is printed once file I's
+# fsync has returned.  The host kills everything at a random moment.
+step_jcut () {
+    local i=0 f
+    attach
+    make_fs
+    mount_fs
+    mkdir "$MNT/fs" || fail "mkdir"
+    sync
+    mark untar-start
+    ( tar -xf "$(disk_of quick)" -C "$MNT" 2>/dev/null; mark untar-done ) &
+    while :; do
+        i=$((i + 1))
+        f=$MNT/fs/f$i
+        jfile $i >"$f" || fail "write $f"
+        sync "$f" || fail "fsync $f"
+        sync "$MNT/fs" || fail "fsync $MNT/fs"
+        echo "RAMBACK-MARK: jsync-$i $(now)"
+    done
+}
+
+# jrecover: after the cut and the recovery on the host: the ext4
+# journal replay is all the repair needed (e2fsck -E journal_only, then
+# -fn clean), and files f1 .. f<ramback.jsynced> are there, whole.
+step_jrecover () {
+    local rc=0 n=${RB_JSYNCED:-0} i bad=0
+    attach
+    e2fsck -y -E journal_only "$DEV" >/tmp/replay.log 2>&1 || rc=$?
+    cat /tmp/replay.log
+    [ $rc -le 1 ] || fail "ext4 journal replay: e2fsck exit $rc"
+    fsck_clean
+    mount_fs ro
+    i=1
+    while [ $i -le "$n" ]; do
+        if ! jfile $i | cmp -s - "$MNT/fs/f$i"; then
+            echo "fsync'd file f$i: missing or damaged"
+            bad=$((bad + 1))
+        fi
+        i=$((i + 1))
+    done
+    [ $bad -eq 0 ] || fail "$bad of $n fsync'd files missing or damaged"
+    echo "checksums: all $n fsync'd files match; files present after the cut: $(find "$MNT" -type f | wc -l)"
+    umount_fs
+    detach
+}

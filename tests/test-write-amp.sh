@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Write amplification: 4 KiB random writes (fio's nbd engine, uniform
+# and then a zipf hot spot) must cost about what was written in
+# write-back, not a whole chunk each: stored_bytes / written_bytes
+# <= 1.5 for both.  Then the backing file must equal the RAM image
+# byte for byte (sector-sized write-back must not lose any write).
+
+source "$top_builddir/tests/functions.sh"
+
+size=$(( 64 * 1024 * 1024 ))
+back=$TMP/back.img
+start_rb rb back="$back" size="$size" fsync=wait
+ctl "$rb_ctl" wait-populated 60000
+ctl "$rb_ctl" sync >/dev/null
+
+# amp NAME FIO-ARGS...: the writes, a sync; checks and prints the ratio.
+amp () {
+    local name=$1 s0 w0 s1 w1; shift
+    s0=$(status_field "$rb_ctl" stored_bytes)
+    w0=$(status_field "$rb_ctl" written_bytes)
+    fio --name="$name" --ioengine=nbd --uri="$rb_uri" --iodepth=8 \
+        --rw=randwrite --bs=4k --size="$size" --number_ios=2048 \
+        --randseed=4321 "$@" --output="$TMP/fio.out" ||
+        { cat "$TMP/fio.out" >&2; fail "fio $name"; }
+    ctl "$rb_ctl" sync >/dev/null
+    s1=$(status_field "$rb_ctl" stored_bytes)
+    w1=$(status_field "$rb_ctl" written_bytes)
+    [ $((w1 - w0)) -eq $((2048 * 4096)) ] ||
+        fail "$name: written_bytes grew by $((w1 - w0)), not $((2048 * 4096))"
+    /usr/bin/python3 - "$name" $((s1 - s0)) $((w1 - w0)) <<'EOP'
+import sys
+name, s, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+a = s / w
+print("%s: stored %d bytes for %d written: amplification %.2f" % (name, s, w, a))
+if a > 1.5:
+    sys.exit("FAIL: %s: write amplification %.2f > 1.5" % (name, a))
+EOP
+}
+
+bad=0
+amp uniform --random_distribution=random || bad=1
+amp zipf --random_distribution=zipf:1.2 || bad=1
+
+nbdcopy "$rb_uri" "$TMP/ram.img"
+stop_rb rb
+assert_same "$back" "$TMP/ram.img" || fail "the backing file is not the RAM image"
+[ "$bad" = 0 ] || fail "write amplification over 1.5"
