@@ -12,19 +12,12 @@
 # /ramback/bench.conf sets SECTORS, DELAY_R, DELAY_W (ms), RUNTIME (s),
 # REPS.
 
-/bin/busybox --install -s /bin
-export PATH=/bin:/sbin DM_DISABLE_UDEV=1
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-exec </dev/console >/dev/console 2>&1
 . /guest/console.sh
+guest_start
+export DM_DISABLE_UDEV=1
 . /ramback/bench.conf
 
-for m in $(cat /lib/modules/load-order); do
-  case $m in brd.ko) continue ;; esac   # loaded below, sized
-  insmod "/lib/modules/$m" || fail "insmod $m"
-done
+load_modules brd.ko                   # brd: loaded below, sized
 insmod /ramback/dm-ramback.ko || fail "insmod dm-ramback.ko"
 
 # job NAME: fio's arguments for it, and the terse field of its metric

@@ -15,14 +15,9 @@
 # (oops=panic panic_on_warn=1) and QEMU exits with no RESULT line, which
 # the host counts as a failure.
 
-/bin/busybox --install -s /bin
-export PATH=/bin:/sbin DM_DISABLE_UDEV=1
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-exec </dev/console >/dev/console 2>&1
-
 . /guest/console.sh
+guest_start
+export DM_DISABLE_UDEV=1
 fail_details () {
   dmsetup status 2>&1 | sed 's/^/  status: /'
   dmesg | tail -30 | sed 's/^/  dmesg: /'
@@ -40,10 +35,7 @@ phase () {
 
 . /ramback/test.conf
 
-for m in $(cat /lib/modules/load-order); do
-  [ "$m" != brd.ko ] || continue      # the benchmark's
-  insmod "/lib/modules/$m" || fail "insmod $m"
-done
+load_modules brd.ko                   # brd: the benchmark's
 insmod /ramback/dm-ramback.ko || fail "insmod dm-ramback.ko"
 dmsetup targets | grep -q '^ramback ' || fail "no ramback target registered"
 

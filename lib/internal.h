@@ -23,6 +23,7 @@
 #include "env.h"
 #include "error.h"
 #include "ramback.h"
+#include "store.h"
 #include "chunkmap.h"
 #include "rangelock.h"
 #include "ramimage.h"
@@ -224,6 +225,13 @@ rb_tracing (struct rb *rb)
 {
   return rb_atomic_load_relaxed (&rb->trace);
 }
+
+/* stats.c: the core's fields of a status reply, through the status
+ * writer (json.h); the store's follow (ops->status).
+ */
+struct rb_status_out;
+extern void rb_stats_fields (const struct rb_stats *st,
+                             struct rb_status_out *o);
 
 /* core.c: count a failed backing store request, keep its message for
  * status (last_error) and log it.

@@ -7,7 +7,7 @@ NBD_PORT=10809
 DEV=/dev/nbd0
 MNT=/mnt/t
 
-. /guest/console.sh
+# mark, timing, pass, fail: /guest/console.sh, which init sources first.
 
 # attach [CONNS]: connect /dev/nbd0 to the host's nbdkit.  Netlink (the
 # default) sets the device up with all connections at once.
