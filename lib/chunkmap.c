@@ -240,9 +240,12 @@ is_dirty_state (unsigned s)
   return (CS_ANY_DIRTY & CS_BIT (s)) != 0;
 }
 
-uint64_t
-chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
-               unsigned from, enum chunk_state to, uint64_t moved[4])
+/* chunkmap_move; a chunk moving from a state in 'whole' to DIRTY gets
+ * all its sector bits set before its CAS.
+ */
+static inline uint64_t
+move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
+      enum chunk_state to, unsigned whole, uint64_t moved[4])
 {
   uint64_t end = first + n, c = first, total = 0;
   uint64_t counts[4] = { 0, 0, 0, 0 };
@@ -269,7 +272,7 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
         break;
       /* ZERO -> DIRTY: every sector differs from the store (above). */
       if (to == CS_DIRTY && cm->sect) {
-        uint64_t z = fields_equal (old, CS_ZERO) & m;
+        uint64_t z = fields_in (old, whole) & m;
         while (z) {
           mark_chunk (cm, w * PER_WORD + rb_ctz64 (z) / 2);
           z &= z - 1;
@@ -304,6 +307,20 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
   if (moved)
     memcpy (moved, counts, sizeof counts);
   return total;
+}
+
+uint64_t
+chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
+               unsigned from, enum chunk_state to, uint64_t moved[4])
+{
+  return move (cm, first, n, from, to, CS_BIT (CS_ZERO), moved);
+}
+
+uint64_t
+chunkmap_dirty_whole (struct chunkmap *cm, uint64_t first, uint64_t n,
+                      unsigned from)
+{
+  return move (cm, first, n, from, CS_DIRTY, from | CS_BIT (CS_ZERO), NULL);
 }
 
 struct still_arg {
