@@ -14,7 +14,7 @@
 #include "result.h"
 
 /* Offline recovery: the journal's committed transactions onto the
- * backing store, as a start of the plugin does (lib/journal.c), without
+ * backing store, as a start of the plugin does (lib/journal/journal.c), without
  * nbdkit, so the backing store can be used elsewhere.
  */
 gboolean

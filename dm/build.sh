@@ -41,12 +41,14 @@ if [ ! -f "$kdir/Makefile" ]; then
   exit 1
 fi
 
-mkdir -p "$build/dm" "$build/lib/env/kernel" "$out"
+mkdir -p "$build/dm" "$out"
 # Only sources, with their timestamps (cp -p), so the scratch tree keeps
 # its objects between runs and make rebuilds just what changed.
 cp -p "$here"/Kbuild "$here"/*.[ch] "$build/dm/"
-cp -p "$top"/lib/*.[ch] "$build/lib/"
-cp -p "$top"/lib/env/kernel/*.h "$build/lib/env/kernel/"
+# lib/ keeps its layout (its layers are on dm/Kbuild's include path);
+# the POSIX shim and the unit tests stay behind.
+(cd "$top" && find lib -name '*.[ch]' ! -path 'lib/env/posix/*' ! -name 'test-*' \
+     -exec cp -p --parents {} "$build/" \;)
 
 make -s -C "$kdir" M="$build/dm" ${W:+W=$W} modules >&2
 cp "$build/dm/dm-ramback.ko" "$out/"

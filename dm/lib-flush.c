@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * ramback: lib/flush.c, compiled unchanged into dm-ramback.ko.  The kernel
+ * ramback: lib/engine/flush.c, compiled unchanged into dm-ramback.ko.  The kernel
  * shim (lib/env/kernel/env-impl.h) makes it build.
  */
-#include "../lib/flush.c"
+#include "../lib/engine/flush.c"

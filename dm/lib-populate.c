@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * ramback: lib/populate.c, compiled unchanged into dm-ramback.ko.  The kernel
+ * ramback: lib/engine/populate.c, compiled unchanged into dm-ramback.ko.  The kernel
  * shim (lib/env/kernel/env-impl.h) makes it build.
  */
-#include "../lib/populate.c"
+#include "../lib/engine/populate.c"

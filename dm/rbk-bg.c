@@ -4,7 +4,7 @@
  * around lib/'s step functions (Open CAS Framework's shape: the engine
  * does one bounded pass and says how long to wait; the adapter waits).
  *
- * Flusher.  rb_flush_step() (lib/flush.c) is one sweep over the dirty
+ * Flusher.  rb_flush_step() (lib/engine/flush.c) is one sweep over the dirty
  * chunks and one cache flush of the backing device at its end, with
  * lib's fsyncgate rule: a write that failed, and everything written
  * since the last good flush when a flush fails, goes back to DIRTY and
@@ -19,7 +19,7 @@
  * once everything is written back and flushed it frees the RAM image and
  * exits.
  *
- * Populator.  From the first resume, rb_populate_step() (lib/populate.c)
+ * Populator.  From the first resume, rb_populate_step() (lib/engine/populate.c)
  * loads EMPTY chunks upwards in batches, each run under a LOAD range and
  * rechecked under it, so a chunk that an application write got to first
  * (loaded or written on demand) is never overwritten: the populate race.

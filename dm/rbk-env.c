@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * dm-ramback: the kernel's side of what the shared engine (lib/flush.c,
- * lib/populate.c) calls outside the OS shim's inline functions.  In
- * userspace these come from lib/error.c, lib/throttle.c, lib/core.c and
- * lib/resume.c, which the module does not compile: they hold libc
+ * dm-ramback: the kernel's side of what the shared engine (lib/engine/flush.c,
+ * lib/engine/populate.c) calls outside the OS shim's inline functions.  In
+ * userspace these come from lib/error.c, lib/engine/throttle.c, lib/engine/core.c and
+ * lib/ram/resume.c, which the module does not compile: they hold libc
  * (thread-local messages, locale-free strerror), floating point (the
  * kernel has none), the plugin's configuration and the ram= file.
  *
@@ -16,11 +16,11 @@
  *   rb_record_error    the target's sticky error (status) and the log
  *   rb_recompute_limit the dirty limit: dirty_max, or with ups_window
  *                      what write back makes durable in that window less
- *                      20%, as lib/core.c computes it, in integers
+ *                      20%, as lib/engine/core.c computes it, in integers
  *   rb_nb_*            the NB bitmap belongs to a ram= file, which the
  *                      kernel form does not have (rb->nb is NULL)
  *   ramimage_*         copies in and out of the RAM image, and zeroing
- *                      (lib/ramimage.c gives zeroed memory back to the
+ *                      (lib/ram/ramimage.c gives zeroed memory back to the
  *                      system; the kernel image is one vmalloc area,
  *                      whose pages stay)
  */
@@ -140,7 +140,7 @@ void rb_warn(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* ---- rate caps and bandwidth (lib/throttle.h) -------------------------- */
+/* ---- rate caps and bandwidth (lib/engine/throttle.h) -------------------------- */
 
 uint64_t rb_rate_ns(uint64_t bytes, uint64_t bps)
 {
@@ -159,7 +159,7 @@ uint64_t rb_rate_delay(struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
 	return start - now_ns;
 }
 
-/* RB_BW_TAU_S, a double in lib/throttle.h. */
+/* RB_BW_TAU_S, a double in lib/engine/throttle.h. */
 #define RB_BW_TAU_NS (3 * NSEC_PER_SEC)
 
 void rb_bw_sample(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
@@ -192,7 +192,7 @@ void rb_bw_bound(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 		rb_atomic_store(&bw->bps, bound);
 }
 
-/* ---- what lib/core.c and lib/resume.c do for the plugin ---------------- */
+/* ---- what lib/engine/core.c and lib/ram/resume.c do for the plugin ---------------- */
 
 void rb_record_error(struct rb *rb, int err, const char *what)
 {
@@ -214,7 +214,7 @@ void rb_recompute_limit(struct rb *rb)
 
 		if (rb->cfg.flush_rate && (bw == 0 || bw > rb->cfg.flush_rate))
 			bw = rb->cfg.flush_rate;
-		/* A 20% safety margin, as lib/core.c's UPS_SAFETY. */
+		/* A 20% safety margin, as lib/engine/core.c's UPS_SAFETY. */
 		ups = bw ? mul_u64_u64_div_u64(bw, rb->cfg.ups_window * 4ULL, 5)
 			 : RBK_UPS_BOOTSTRAP;
 		/* Never below a few chunks, or writers could not progress. */
@@ -235,7 +235,7 @@ void rb_nb_retire(struct rb *rb, const struct rb_extents *synced)
 	WARN_ON_ONCE(rb->nb);
 }
 
-/* ---- the RAM image (lib/ramimage.h) ------------------------------------ */
+/* ---- the RAM image (lib/ram/ramimage.h) ------------------------------------ */
 
 void ramimage_zero(struct ramimage *ri, uint64_t offset, uint64_t count)
 {

@@ -2,7 +2,7 @@
 /*
  * dm-ramback: bios through the shared request path, and the RAM image.
  *
- * The request path is lib/io.c's, as in the nbdkit plugin: demand
+ * The request path is lib/engine/io.c's, as in the nbdkit plugin: demand
  * reads, partial head and tail chunks loaded under a range, writes to
  * chunks still EMPTY, writethrough, the dirty limit, discards and
  * write-zeroes (rb_zero).  What is the kernel's is how a bio gets there:

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * dm-ramback: the backing store of the shared engine (lib/store.h) as
+ * dm-ramback: the backing store of the shared engine (lib/store/store.h) as
  * bios to the backing device.
  *
  * lib/ asks for batches of non-overlapping requests (struct rb_io) and
@@ -8,10 +8,10 @@
  * pages allow, all of the batch are submitted, then waited for, and each
  * request's err is the first error of its bios.  Its buffers always lie
  * in the RAM image (vmalloc), so a bio takes their pages directly: no
- * bounce copy, as in userspace.  A write with fua set (lib/io.c's
+ * bounce copy, as in userspace.  A write with fua set (lib/engine/io.c's
  * writethrough, as the store says can_fua) goes with REQ_FUA: it is on
  * stable storage when it completes.  "flush" is a cache flush of the
- * backing device; a failed one is what lib/flush.c's fsyncgate rule
+ * backing device; a failed one is what lib/engine/flush.c's fsyncgate rule
  * handles (everything written since the last good flush is written
  * again).
  *

@@ -334,7 +334,7 @@ static int rbk_parse_features(struct rbk *rbk, struct dm_arg_set *as,
 	return 0;
 }
 
-/* The shared engine's state, as lib/core.c sets it up for the plugin. */
+/* The shared engine's state, as lib/engine/core.c sets it up for the plugin. */
 static int rbk_rb_init(struct rbk *rbk)
 {
 	struct rb *rb = &rbk->rb;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* nbdkit-ramback-filter: one writer per backing file (claim.h).
  *
- * The plugin form claims back= when it opens it (lib/store-file.c): an
+ * The plugin form claims back= when it opens it (lib/store/store-file.c): an
  * open file description lock on a regular file, O_EXCL on a block
  * device, so that a second ramback, qemu, or a mounted file system
  * cannot write under it.  The filter does not open what the plugin below

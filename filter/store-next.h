@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback filter: a backing store that is the next plugin (or filter) in
  * nbdkit's chain, through nbdkit_next contexts (store-next.c).  It is an
- * implementation of lib/store.h's ops table; it lives beside the filter
+ * implementation of lib/store/store.h's ops table; it lives beside the filter
  * rather than in lib/ because it calls nbdkit, and lib/ stays free of
  * nbdkit.
  */

@@ -4,7 +4,7 @@
  * "status" (text: one "key: value" line per field) and "status json"
  * (one JSON object) are written field by field through one writer: the
  * core's fields first (lib/stats.c), then the store's, which its
- * ops->status appends to the same reply (lib/store.h).  So both forms
+ * ops->status appends to the same reply (lib/store/store.h).  So both forms
  * come from the same calls and every string is escaped one way: in
  * JSON by rb_json_string (a back= path or URI holds whatever the user
  * typed, quotes, backslashes and control characters included), in text

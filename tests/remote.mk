@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Tests of NBD backing stores: lib/store-nbd.c on its own, and
+# Tests of NBD backing stores: lib/store/store-nbd.c on its own, and
 # the plugin in front of real NBD servers (nbdkit, qemu-nbd, nbd-server)
 # started by each test on a Unix socket or 127.0.0.1.
 
@@ -31,7 +31,7 @@ EXTRA_DIST += $(remote_tests) \
 # test-remote-store.sh, which starts the servers).
 check_PROGRAMS += test-store-nbd
 test_store_nbd_SOURCES = test-store-nbd.c
-test_store_nbd_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/lib $(RB_ENV_CPPFLAGS) \
+test_store_nbd_CPPFLAGS = -I$(top_builddir) $(RB_LIB_CPPFLAGS) \
 	$(LIBNBD_CFLAGS)
 test_store_nbd_LDADD = $(top_builddir)/lib/libramback.la $(LIBNBD_LIBS) $(PTHREAD_LIBS)
 

@@ -33,7 +33,7 @@ protect "$back" "$back2" "$other"
 b="back=$back"
 
 # header FILE: the RAM image header as "key=value" lines (the layout is
-# described in lib/ramimage.h).
+# described in lib/ram/ramimage.h).
 header () {
     py - "$1" <<'EOF'
 import struct, sys

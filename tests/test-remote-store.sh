@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# lib/store-nbd.c on its own (tests/test-store-nbd.c), against fresh
+# lib/store/store-nbd.c on its own (tests/test-store-nbd.c), against fresh
 # servers: batched writes and reads checked against a model, zero,
 # block status, 8 threads at once, status fields; connections chosen
 # from multi-conn, or forced; WRITE_ZEROES and block status missing; the

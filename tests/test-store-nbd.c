@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* Unit test of the NBD backing store (lib/store-nbd.c), driven directly
+/* Unit test of the NBD backing store (lib/store/store-nbd.c), driven directly
  * through struct rb_store_ops against a real server started by
  * test-remote-store.sh:
  *

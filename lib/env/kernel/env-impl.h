@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * ramback: the OS shim (lib/env.h) for the Linux kernel.
+ * ramback: the OS shim (lib/env/env.h) for the Linux kernel.
  *
  * Found through the include path: dm/Kbuild puts lib/env/kernel/ on it,
  * so the lib files that dm-ramback.ko shares (io.c, flush.c,
@@ -113,7 +113,7 @@ static inline void *rb_realloc(void *p, size_t old_size, size_t size)
 #define rb_popcount64(x) hweight64(x)
 #define rb_ctz64(x) __ffs64(x)
 
-/* Typedefs because lib/env.h's API names them (pthread_mutex_t etc.). */
+/* Typedefs because lib/env/env.h's API names them (pthread_mutex_t etc.). */
 typedef struct mutex rb_mutex;
 typedef struct {
 	wait_queue_head_t wq;
@@ -231,7 +231,7 @@ static inline uint64_t rb_phys_mem(void)
 }
 
 /*
- * Atomics.  lib/env.h promises sequential consistency, and the chunk
+ * Atomics.  lib/env/env.h promises sequential consistency, and the chunk
  * map's hints depend on it (sumbits.h: a setter's "set state, then set
  * hint" against a searcher's "clear hint, then re-check state").  The
  * mapping is the usual one for C11 seq_cst:
