@@ -47,6 +47,8 @@ export LC_ALL=C
 
 prog=${0##*/}
 srcdir=$(cd "$(dirname "$0")" && pwd)
+# die, log, size_arg, servers, control, fio, median (bench/lib.sh)
+. "$srcdir/lib.sh"
 
 usage () {
     cat <<EOF
@@ -78,20 +80,13 @@ jobs_arg=randread4k,randwrite4k,seqread1m,seqwrite1m,fsync4k
 
 for arg in "$@"; do
     case $arg in
-        --build=*) build=${arg#*=} ;;
-        --dir=*) workroot=${arg#*=} ;;
         --size=*) size=${arg#*=} ;;
         --runtime=*) runtime=${arg#*=} ;;
         --repeat=*) repeat=${arg#*=} ;;
         --delay=*) delay=${arg#*=} ;;
         --backends=*) backends=${arg#*=} ;;
         --jobs=*) jobs_arg=${arg#*=} ;;
-        --quick) quick=yes ;;
-        --output=*) output=${arg#*=} ;;
-        --strict) strict=yes ;;
-        --keep) keep=yes ;;
-        -h|--help) usage; exit 0 ;;
-        *) echo "$prog: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+        *) bench_opt "$arg" ;;
     esac
 done
 if [ "$quick" = yes ]; then
@@ -100,8 +95,6 @@ else
     : "${size:=256M}" "${runtime:=5}" "${repeat:=3}"
 fi
 
-# die, log, size_arg, servers, control, fio, median (bench/lib.sh)
-. "$srcdir/lib.sh"
 size_b=$(size_arg "$size")
 half_b=$((size_b / 2))
 [ $((size_b % (2 * 1024 * 1024))) -eq 0 ] ||
@@ -116,15 +109,7 @@ for b in "${bk_list[@]}"; do
     case $b in file|nbd) ;; *) echo "$prog: unknown backend '$b'" >&2; exit 2 ;; esac
 done
 
-if [ -z "$build" ] && [ -f "$srcdir/../filter/.libs/nbdkit-ramback-filter.so" ]; then
-    build=$srcdir/..
-fi
-[ -n "$build" ] || die "give --build=DIR (the ramback build tree)"
-build=$(cd "$build" && pwd)
-PLUGIN=$build/plugin/.libs/nbdkit-ramback-plugin.so
-FILTER=$build/filter/.libs/nbdkit-ramback-filter.so
-[ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
-[ -f "$FILTER" ] || die "filter not built: $FILTER"
+find_build filter
 for c in nbdkit fio nbdsh; do
     command -v "$c" >/dev/null ||
         die "'$c' is needed (apt-get install nbdkit fio libnbd-bin python3-libnbd)"
@@ -144,16 +129,6 @@ trap 'exit 130' INT TERM
 
 jobs=()
 IFS=, read -r -a jobs <<<"$jobs_arg"
-declare -A job_args job_dir job_unit
-job_args[randread4k]="--rw=randread --bs=4k --iodepth=32"
-job_args[randwrite4k]="--rw=randwrite --bs=4k --iodepth=32"
-job_args[seqread1m]="--rw=read --bs=1M --iodepth=8"
-job_args[seqwrite1m]="--rw=write --bs=1M --iodepth=8"
-job_args[fsync4k]="--rw=randwrite --bs=4k --iodepth=1 --fsync=1"
-job_dir=([randread4k]=read [randwrite4k]=write [seqread1m]=read
-         [seqwrite1m]=write [fsync4k]=write)
-job_unit=([randread4k]=iops [randwrite4k]=iops [seqread1m]=bw_bytes
-          [seqwrite1m]=bw_bytes [fsync4k]=iops)
 for job in "${jobs[@]}"; do
     [ -n "${job_args[$job]:-}" ] ||
         { echo "$prog: unknown job '$job'" >&2; exit 2; }

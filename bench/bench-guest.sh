@@ -33,6 +33,10 @@ if [ ! -f "$top_builddir/plugin/.libs/nbdkit-ramback-plugin.so" ] &&
    [ -f "$(pwd)/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
   top_builddir=$(cd .. && pwd)    # run from the build tree's bench/
 fi
+# median and ratio from bench/lib.sh; guest-lib.sh (sourced after it)
+# keeps its own die and ctl.
+prog=${0##*/} WORK=
+. "$here/lib.sh"
 . "$here/../qemu-guest/guest-lib.sh"
 
 delay=${BENCH_DELAY:-8ms}
@@ -63,7 +67,6 @@ one_guest () {
   ssecs=$(g_time "$1" sync)
 }
 
-median () { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 declare -a ta tb tc td sa sb sc
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -114,10 +117,9 @@ for (( r = 1; r <= runs; r++ )); do
   say "run $r: untar+sync (sync alone): slow ${ta[-1]} (${sa[-1]}) s, ramback ${tb[-1]} (${sb[-1]}) s, memory ${tc[-1]} (${sc[-1]}) s"
 done
 
-med () { local -n arr=$1; printf '%s\n' "${arr[@]}" | median; }
+med () { local -n arr=$1; median "${arr[@]}"; }
 a=$(med ta) b=$(med tb) c=$(med tc) d=$(med td)
 as=$(med sa) bs=$(med sb) cs=$(med sc)
-ratio () { awk -v x="$1" -v y="$2" 'BEGIN { printf "%.2f", x / y }'; }
 
 cat <<EOF
 

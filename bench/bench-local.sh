@@ -21,6 +21,8 @@ export LC_ALL=C
 
 prog=${0##*/}
 srcdir=$(cd "$(dirname "$0")" && pwd)
+# die, log, size_arg, the arithmetic, servers, control, fio (bench/lib.sh)
+. "$srcdir/lib.sh"
 
 usage () {
     cat <<EOF
@@ -62,8 +64,6 @@ build=${RAMBACK_BUILD:-}
 
 for arg in "$@"; do
     case $arg in
-        --build=*) build=${arg#*=} ;;
-        --dir=*) workroot=${arg#*=} ;;
         --size=*) size=${arg#*=} ;;
         --runtime=*) runtime=${arg#*=} ;;
         --ramp=*) ramp=${arg#*=} ;;
@@ -74,12 +74,7 @@ for arg in "$@"; do
         --no-sparse) sparse=no ;;
         --sparse-dir=*) sparse_dir=${arg#*=} ;;
         --only=*) only=,${arg#*=}, ;;
-        --quick) quick=yes ;;
-        --output=*) output=${arg#*=} ;;
-        --strict) strict=yes ;;
-        --keep) keep=yes ;;
-        -h|--help) usage; exit 0 ;;
-        *) echo "$prog: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+        *) bench_opt "$arg" ;;
     esac
 done
 
@@ -97,9 +92,8 @@ fi
 # stop's drain, so 10M gives 1 MiB batches (what the fio baseline uses).
 hold_rate=${RAMBACK_BENCH_HOLD_RATE:-10M}
 
-# die, log, size_arg, the arithmetic, servers, control, fio (bench/lib.sh)
-. "$srcdir/lib.sh"
 PY=/usr/bin/python3
+probe_drop_caches
 want () { [[ $only == *,$1,* ]]; }
 
 size_b=$(size_arg "$size")
@@ -114,13 +108,7 @@ done
 [ "$repeat_fio" -ge 1 ] && [ "$repeat_bw" -ge 1 ] ||
     die "--repeat and --bw-repeat must be at least 1"
 
-# Locate the plugin.
-if [ -z "$build" ] && [ -f "$srcdir/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
-    build=$srcdir/..
-fi
-[ -n "$build" ] || die "give --build=DIR (the ramback build tree)"
-PLUGIN=$(cd "$build" && pwd)/plugin/.libs/nbdkit-ramback-plugin.so
-[ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
+find_build
 
 for c in nbdkit fio python3; do
     command -v "$c" >/dev/null || die "'$c' is needed (apt-get install nbdkit fio python3)"

@@ -16,7 +16,7 @@
 # Targets: 1 and 2 at least 25x faster through ramback, 3 and 4
 # at least 80% of the link's bandwidth.
 #
-#   bench/bench-remote.sh [--quick] [--build=DIR] [--size=SIZE]
+#   bench/bench-remote.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #       [--bw-size=SIZE] [--delay=MS] [--rate=BYTES/S] [--runtime=S]
 #       [--output=FILE] [--strict] [--keep]
 #
@@ -30,6 +30,8 @@ export LC_ALL=C
 
 prog=${0##*/}
 srcdir=$(cd "$(dirname "$0")" && pwd)
+# die, size_arg, start_server, ctl, status_field, arithmetic (bench/lib.sh)
+. "$srcdir/lib.sh"
 
 usage () {
     cat <<EOF
@@ -41,6 +43,7 @@ and populate bandwidth against a rate-capped link.
 
   --build=DIR     ramback build tree (default: \$RAMBACK_BUILD, else the
                   directory above this script if the plugin is there)
+  --dir=DIR       where the work directory goes (default: \${TMPDIR:-/var/tmp})
   --size=SIZE     device size for the fio parts (default 256M, --quick 64M)
   --bw-size=SIZE  image drained and populated (default 256M, --quick 64M)
   --delay=MS      remote delay per request in ms (default 5)
@@ -58,18 +61,12 @@ keep=no; build=${RAMBACK_BUILD:-}
 
 for arg in "$@"; do
     case $arg in
-        --build=*) build=${arg#*=} ;;
         --size=*) size=${arg#*=} ;;
         --bw-size=*) bw_size=${arg#*=} ;;
         --delay=*) delay=${arg#*=} ;;
         --rate=*) rate=${arg#*=} ;;
         --runtime=*) runtime=${arg#*=} ;;
-        --quick) quick=yes ;;
-        --output=*) output=${arg#*=} ;;
-        --strict) strict=yes ;;
-        --keep) keep=yes ;;
-        -h|--help) usage; exit 0 ;;
-        *) echo "$prog: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+        *) bench_opt "$arg" ;;
     esac
 done
 if [ "$quick" = yes ]; then
@@ -78,8 +75,6 @@ else
     : "${size:=256M}" "${bw_size:=256M}" "${rate:=25M}" "${runtime:=10}"
 fi
 
-# die, size_arg, start_server, ctl, status_field, arithmetic (bench/lib.sh)
-. "$srcdir/lib.sh"
 size_b=$(size_arg "$size")
 bw_size_b=$(size_arg "$bw_size")
 rate_b=$(size_arg "$rate")
@@ -87,18 +82,13 @@ for v in "$delay" "$runtime"; do
     [[ $v =~ ^[0-9]+$ ]] || { echo "$prog: bad number '$v'" >&2; exit 2; }
 done
 
-if [ -z "$build" ] && [ -f "$srcdir/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
-    build=$srcdir/..
-fi
-[ -n "$build" ] || die "give --build=DIR (the ramback build tree)"
-PLUGIN=$(cd "$build" && pwd)/plugin/.libs/nbdkit-ramback-plugin.so
-[ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
+find_build
 for c in nbdkit fio nbdcopy /usr/bin/python3; do
     command -v "$c" >/dev/null ||
         die "'$c' is needed (apt-get install nbdkit fio libnbd-bin python3)"
 done
 
-W=$(mktemp -d "${TMPDIR:-/var/tmp}/bench-remote.XXXXXX")
+W=$(mktemp -d "${workroot:-${TMPDIR:-/var/tmp}}/bench-remote.XXXXXX")
 WORK=$W
 cleanup () {
     local p

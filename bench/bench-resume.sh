@@ -41,6 +41,7 @@ done
 plugin=$build/plugin/.libs/nbdkit-ramback-plugin.so
 [ -f "$plugin" ] || { echo "no plugin at $plugin" >&2; exit 1; }
 
+rbctl=$(cd "$(dirname "$0")/../tests" && pwd)/rbctl.py
 w=$(mktemp -d "$dir/bench-resume.XXXXXX")
 ram=$ramdir/bench-resume-$$.img
 pid=
@@ -95,20 +96,10 @@ print ("%.0f %.0f" % (t_first * 1000, (time.time () - t0) * 1000))
 EOF
 }
 
+# status FIELD: one field of "status json" (waits for the server to
+# answer; tests/rbctl.py).
 status () {
-    /usr/bin/python3 - "$w/c.sock" "$1" <<'EOF'
-import json, socket, sys, time
-for _ in range (2000):
-    try:
-        s = socket.socket (socket.AF_UNIX)
-        s.connect (sys.argv[1])
-        break
-    except OSError:
-        time.sleep (0.005)
-s.sendall (b"status json\n")
-f = s.makefile ()
-print (json.loads (f.readline ())[sys.argv[2]])
-EOF
+    /usr/bin/python3 "$rbctl" --wait --field "$w/c.sock" "$1"
 }
 
 wait_for () {  # FIELD VALUE
@@ -129,7 +120,7 @@ echo "cold start:     first read after $t_first ms, populated after $t_pop ms"
 
 kill -TERM "$pid"; wait "$pid" || true
 start flush-rate=1K resume=discard
-wait_for populated True
+wait_for populated true
 nbdcopy --flush -- [ nbdkit pattern "$size" ] "nbd+unix:///?socket=$w/s.sock"
 dirty=$(status dirty_bytes)
 echo "dirty before kill -9: $dirty bytes"
@@ -140,13 +131,7 @@ read -r t_first_r t_pop_r < <(measure)
 echo "resume:         first read after $t_first_r ms, populated after $t_pop_r ms" \
      "($(status image_source), $(status resumed_chunks_to_write) chunks to write back)"
 t0=$(now)
-/usr/bin/python3 - "$w/c.sock" <<'EOF'
-import socket, sys
-s = socket.socket (socket.AF_UNIX)
-s.connect (sys.argv[1])
-s.sendall (b"sync\n")
-assert s.makefile ().readline ().strip () == "OK"
-EOF
+/usr/bin/python3 "$rbctl" "$w/c.sock" sync
 echo "write back of the resumed dirty data: $(ms "$t0" "$(now)") ms (served meanwhile)"
 kill -TERM "$pid"; wait "$pid" || true
 pid=

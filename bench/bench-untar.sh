@@ -37,14 +37,9 @@ for arg in "$@"; do
         *) echo "$prog: unknown option '$arg'" >&2; exit 2 ;;
     esac
 done
-die () { echo "$prog: $*" >&2; exit 1; }
-log () { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
-if [ -z "$build" ] && [ -f "$srcdir/../plugin/.libs/nbdkit-ramback-plugin.so" ]; then
-    build=$srcdir/..
-fi
-[ -n "$build" ] || die "give --build=DIR (the ramback build tree)"
-PLUGIN=$(cd "$build" && pwd)/plugin/.libs/nbdkit-ramback-plugin.so
-[ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
+# die, log, start_server, stop_server, ctl, status_field (bench/lib.sh)
+. "$srcdir/lib.sh"
+find_build
 [ "$(id -u)" = 0 ] || die "needs root (losetup, mount)"
 for c in nbdkit nbdfuse losetup mkfs.ext4 tar; do
     command -v "$c" >/dev/null || die "'$c' is needed"
@@ -57,7 +52,7 @@ fi
 PY=/usr/bin/python3
 
 WORK=$(mktemp -d "$workroot/ramback-bench-untar.XXXXXX")
-pids=() mnt= loop= fuse=
+mnt= loop= fuse=
 # Undo attach, in order.  A loop device is detached only once nobody
 # has it open (udev probes it after every change), and the FUSE file
 # below it stays busy until then: wait for both, bounded.
@@ -88,53 +83,13 @@ teardown () {
     fi
 }
 cleanup () {
-    local p
     set +e
     teardown
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do
-        for _ in $(seq 1200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$p" 2>/dev/null
-    done
+    kill_servers
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-start_server () {           # start_server NAME ARGS...: sets NAME_uri
-    local name=$1 sock=$WORK/$1.sock pidf=$WORK/$1.pid i; shift
-    rm -f "$sock" "$pidf"
-    nbdkit -f -U "$sock" -P "$pidf" "$@" >"$WORK/$name.log" 2>&1 &
-    for (( i = 0; i < 3000; i++ )); do
-        [ -S "$sock" ] && [ -s "$pidf" ] && break
-        kill -0 $! 2>/dev/null || { tail "$WORK/$name.log" >&2; die "nbdkit $name failed"; }
-        sleep 0.01
-    done
-    pids+=("$(cat "$pidf")")
-    printf -v "${name}_pid" %s "$(cat "$pidf")"
-    printf -v "${name}_uri" %s "nbd+unix:///?socket=$sock"
-}
-stop_server () {
-    local pidv=${1}_pid p q np=()
-    p=${!pidv}
-    kill -TERM "$p"
-    while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
-    for q in "${pids[@]}"; do [ "$q" = "$p" ] || np+=("$q"); done
-    pids=("${np[@]}")
-}
-ctl () {
-    $PY - "$1" "$2" <<'EOP'
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(sys.argv[1]); s.sendall((sys.argv[2] + "\n").encode())
-for line in s.makefile("r"):
-    line = line.rstrip("\n")
-    if line == "OK": sys.exit(0)
-    if line.startswith("ERR"): sys.exit(line)
-    print(line)
-sys.exit("control connection closed")
-EOP
-}
 
 # attach URI: nbdfuse, loop device, mkfs, mount at $WORK/mnt.
 attach () {
@@ -171,7 +126,7 @@ timed () {
     tar -C "$mnt" -xf "$WORK/src.tar"
     sync
     t1=$EPOCHREALTIME
-    $PY -c 'import sys; print("%.3f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t0" "$t1"
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
 # ticks PID...: CPU clock ticks (user + system) of these processes.
@@ -182,9 +137,6 @@ ticks () {
         t=$(( t + v[11] + v[12] ))
     done
     echo "$t"
-}
-status_field () {
-    ctl "$1" "status json" | $PY -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
 }
 
 declare -A res
@@ -230,11 +182,12 @@ for (( r = 1; r <= runs; r++ )); do
         if [ "$target" = ramback ]; then
             t0=$EPOCHREALTIME
             ctl "$WORK/rb.ctl" sync
-            d=$($PY -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t0" "$EPOCHREALTIME")
+            d=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
             res[drain]+=" $d"
             w1=$(status_field "$WORK/rb.ctl" written_bytes)
             s1=$(status_field "$WORK/rb.ctl" stored_bytes)
-            res[amp]+=" $($PY -c 'import sys; a = [int(x) for x in sys.argv[1:]]; print("%.2f" % ((a[3] - a[2]) / max(a[1] - a[0], 1)))' "$w0" "$w1" "$s0" "$s1")"
+            res[amp]+=" $(awk -v w0="$w0" -v w1="$w1" -v s0="$s0" -v s1="$s1" \
+                'BEGIN { w = w1 - w0; if (w < 1) w = 1; printf "%.2f", (s1 - s0) / w }')"
             extra+=", then drained to the slow disk in $d s; written back ${res[amp]##* }x what was written"
         fi
         log "run $r, $target: untar+sync $secs s$extra"

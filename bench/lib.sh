@@ -4,6 +4,13 @@
 # script's name, for messages) and WORK (the work directory); it
 # sources tests/harness.sh (fail, to_bytes, serve_bg, ctl, status_field).
 #
+#   bench_opt ARG          the options every benchmark takes: --build=,
+#                          --dir=, --quick, --output=, --strict, --keep,
+#                          --help (calls usage); exits 2 on anything else
+#   find_build [filter]    build (absolute) from --build=, $RAMBACK_BUILD or
+#                          the tree above bench/; PLUGIN (and FILTER)
+#   FIO_JOBS, job_args, job_dir, job_unit   the five fio jobs: arguments,
+#                          direction and metric (iops or bw_bytes)
 #   die MSG / log MSG      error and exit 1 / a time-stamped line on stderr
 #   size_arg SIZE          to_bytes, exiting 2 on a bad size
 #   now                    wall clock seconds (floating point)
@@ -28,12 +35,57 @@
 #   fio_nbd URI OUT ARGS...     fio's nbd engine, JSON into OUT
 #   fio_metric FILE read|write iops|bw_bytes|runtime
 #   fio_runtime FILE read|write seconds the job ran
+#   probe_drop_caches      find out whether we may drop the page cache
+#                          (can_drop=yes|no; drops it once)
 #   drop_caches            sync, and drop the page cache if we may
 #   fs_type DIR            the file system type name
 
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/harness.sh"
 
 die () { echo "$prog: $*" >&2; exit 1; }
+
+bench_opt () {
+    case $1 in
+        --build=*) build=${1#*=} ;;
+        --dir=*) workroot=${1#*=} ;;
+        --quick) quick=yes ;;
+        --output=*) output=${1#*=} ;;
+        --strict) strict=yes ;;
+        --keep) keep=yes ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "$prog: unknown option '$1' (try --help)" >&2; exit 2 ;;
+    esac
+}
+
+find_build () {
+    local top
+    top=$(dirname "${BASH_SOURCE[0]}")/..
+    if [ -z "${build:-}" ] &&
+       [ -f "$top/plugin/.libs/nbdkit-ramback-plugin.so" ]; then
+        build=$top
+    fi
+    [ -n "${build:-}" ] || die "give --build=DIR (the ramback build tree)"
+    build=$(cd "$build" && pwd)
+    PLUGIN=$build/plugin/.libs/nbdkit-ramback-plugin.so
+    [ -f "$PLUGIN" ] || die "plugin not built: $PLUGIN"
+    if [ "${1:-}" = filter ]; then
+        FILTER=$build/filter/.libs/nbdkit-ramback-filter.so
+        [ -f "$FILTER" ] || die "filter not built: $FILTER"
+    fi
+}
+
+# Two connections each (numjobs=2), each on its own half of the device.
+FIO_JOBS=(randread4k randwrite4k seqread1m seqwrite1m fsync4k)
+declare -A job_args=(
+    [randread4k]="--rw=randread --bs=4k --iodepth=32"
+    [randwrite4k]="--rw=randwrite --bs=4k --iodepth=32"
+    [seqread1m]="--rw=read --bs=1M --iodepth=8"
+    [seqwrite1m]="--rw=write --bs=1M --iodepth=8"
+    [fsync4k]="--rw=randwrite --bs=4k --iodepth=1 --fsync=1")
+declare -A job_dir=([randread4k]=read [randwrite4k]=write [seqread1m]=read
+                    [seqwrite1m]=write [fsync4k]=write)
+declare -A job_unit=([randread4k]=iops [randwrite4k]=iops [seqread1m]=bw_bytes
+                     [seqwrite1m]=bw_bytes [fsync4k]=iops)
 log () { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 size_arg () { to_bytes "$1" 2>/dev/null || { echo "$prog: bad size '$1'" >&2; exit 2; }; }
@@ -135,9 +187,11 @@ print(v / 1000.0 if sys.argv[3] == "runtime" else v)' "$@"
 fio_runtime () { fio_metric "$1" "$2" runtime; }
 
 can_drop=no
-if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
-    can_drop=yes
-fi
+probe_drop_caches () {
+    if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
+        can_drop=yes
+    fi
+}
 drop_caches () {
     sync
     [ "$can_drop" = no ] || echo 3 > /proc/sys/vm/drop_caches

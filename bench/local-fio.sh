@@ -4,20 +4,8 @@
 # side.
 # Sourced by bench-local.sh (its options and bench/lib.sh set the scene).
 
-# The five jobs: NAME, metric (iops or bw), direction, fio arguments.
-# Two connections: numjobs=2, each its own NBD connection, each on its
-# own half of the device.
-jobs=(randread4k randwrite4k seqread1m seqwrite1m fsync4k)
-declare -A job_args job_dir job_unit
-job_args[randread4k]="--rw=randread --bs=4k --iodepth=32"
-job_args[randwrite4k]="--rw=randwrite --bs=4k --iodepth=32"
-job_args[seqread1m]="--rw=read --bs=1M --iodepth=8"
-job_args[seqwrite1m]="--rw=write --bs=1M --iodepth=8"
-job_args[fsync4k]="--rw=randwrite --bs=4k --iodepth=1 --fsync=1"
-job_dir=([randread4k]=read [randwrite4k]=write [seqread1m]=read
-         [seqwrite1m]=write [fsync4k]=write)
-job_unit=([randread4k]=iops [randwrite4k]=iops [seqread1m]=bw_bytes
-          [seqwrite1m]=bw_bytes [fsync4k]=iops)
+# The five jobs of bench/lib.sh (FIO_JOBS), each on each server.
+jobs=("${FIO_JOBS[@]}")
 targets=(ramback memory null file)
 
 run_job () {

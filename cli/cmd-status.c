@@ -12,7 +12,7 @@
 #include "cli.h"
 #include "client.h"
 #include "format.h"
-#include "json.h"
+#include "json-object.h"
 #include "status.h"
 
 /* status */

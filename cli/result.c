@@ -11,7 +11,7 @@
 #include <glib.h>
 
 #include "cli.h"
-#include "json.h"
+#include "json-object.h"
 #include "result.h"
 
 GString *

@@ -10,7 +10,7 @@
 #include <glib.h>
 
 #include "client.h"
-#include "json.h"
+#include "json-object.h"
 
 /* Send "status json" and parse the reply.  A reply that is not one
  * JSON object with a "mode" field fails with CLI_EXIT_PROTOCOL.

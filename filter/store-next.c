@@ -77,6 +77,10 @@
  * Like every store, a failure is returned to the core, which keeps the
  * data dirty, counts it and retries; state goes FAILING on a failed
  * request and back to OK on the next good one.
+ *
+ * Why one file of over 1,000 lines: the contexts, the thread model's
+ * locks and the workers that run pieces share one state and one set of
+ * rules (above); split, each part would need all of it.
  */
 
 #include <config.h>
@@ -93,6 +97,7 @@
 #include "cleanup.h"
 #include "env.h"
 #include "error.h"
+#include "json.h"
 #include "ramback.h"
 #include "store.h"
 #include "store-next.h"
@@ -689,53 +694,23 @@ zero_name (int z)
     : z == NBDKIT_ZERO_EMULATE ? "emulate" : "none";
 }
 
-static size_t
-next_status (struct rb_store *s, bool json, char *buf, size_t len)
+static void
+next_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct next_store *st = s->handle;
   uint64_t requests = rb_atomic_load (&st->requests);
   unsigned waiting = rb_atomic_load_relaxed (&st->blocking) * 100 / BLOCK_ONE;
-  int r;
 
-  if (json)
-    r = snprintf (buf, len,
-                  ",\"store_read_only\":%s"
-                  ",\"store_thread_model\":\"%s\""
-                  ",\"store_workers\":%d"
-                  ",\"store_multi_conn\":%s"
-                  ",\"store_can_flush\":%s"
-                  ",\"store_zero\":\"%s\""
-                  ",\"store_block_status\":%s"
-                  ",\"store_min_block\":%" PRIu32
-                  ",\"store_requests\":%" PRIu64
-                  ",\"store_waiting\":%u",
-                  s->read_only ? "true" : "false",
-                  model_name (st->thread_model), st->nworkers,
-                  st->can_multi_conn ? "true" : "false",
-                  st->can_flush ? "true" : "false",
-                  zero_name (st->can_zero),
-                  st->can_extents ? "true" : "false",
-                  st->min_block, requests, waiting);
-  else
-    r = snprintf (buf, len,
-                  "store_read_only: %s\n"
-                  "store_thread_model: %s\n"
-                  "store_workers: %d\n"
-                  "store_multi_conn: %s\n"
-                  "store_can_flush: %s\n"
-                  "store_zero: %s\n"
-                  "store_block_status: %s\n"
-                  "store_min_block: %" PRIu32 "\n"
-                  "store_requests: %" PRIu64 "\n"
-                  "store_waiting: %u\n",
-                  s->read_only ? "true" : "false",
-                  model_name (st->thread_model), st->nworkers,
-                  st->can_multi_conn ? "true" : "false",
-                  st->can_flush ? "true" : "false",
-                  zero_name (st->can_zero),
-                  st->can_extents ? "true" : "false",
-                  st->min_block, requests, waiting);
-  return r < 0 ? 0 : (size_t) r < len ? (size_t) r : len;
+  rb_status_bool (o, "store_read_only", s->read_only);
+  rb_status_str (o, "store_thread_model", model_name (st->thread_model));
+  rb_status_u64 (o, "store_workers", st->nworkers);
+  rb_status_bool (o, "store_multi_conn", st->can_multi_conn);
+  rb_status_bool (o, "store_can_flush", st->can_flush);
+  rb_status_str (o, "store_zero", zero_name (st->can_zero));
+  rb_status_bool (o, "store_block_status", st->can_extents);
+  rb_status_u64 (o, "store_min_block", st->min_block);
+  rb_status_u64 (o, "store_requests", requests);
+  rb_status_u64 (o, "store_waiting", waiting);
 }
 
 static void

@@ -195,7 +195,7 @@ mark_chunk (struct chunkmap *cm, uint64_t c)
 int
 chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
 {
-  uint64_t nbits = cm->nchunks << per_chunk_shift, c;
+  uint64_t nbits = cm->nchunks << per_chunk_shift, w;
 
   cm->sect = rb_calloc ((nbits + 63) / 64 ? (nbits + 63) / 64 : 1,
                         sizeof (uint64_t));
@@ -204,9 +204,14 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
     return -1;
   }
   cm->sect_per_chunk_shift = per_chunk_shift;
-  for (c = 0; c < cm->nchunks; c++)
-    if (CS_ANY_DIRTY & CS_BIT (chunkmap_get (cm, c)))
-      mark_chunk (cm, c);
+  /* A word at a time (the tail is parked CLEAN, never dirty). */
+  for (w = 0; w < cm->nwords; w++) {
+    uint64_t d = fields_in (cm->words[w], CS_ANY_DIRTY);
+    while (d) {
+      mark_chunk (cm, w * PER_WORD + rb_ctz64 (d) / 2);
+      d &= d - 1;
+    }
+  }
   return 0;
 }
 
@@ -235,9 +240,12 @@ is_dirty_state (unsigned s)
   return (CS_ANY_DIRTY & CS_BIT (s)) != 0;
 }
 
-uint64_t
-chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
-               unsigned from, enum chunk_state to, uint64_t moved[4])
+/* chunkmap_move; a chunk moving from a state in 'whole' to DIRTY gets
+ * all its sector bits set before its CAS.
+ */
+static inline uint64_t
+move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
+      enum chunk_state to, unsigned whole, uint64_t moved[4])
 {
   uint64_t end = first + n, c = first, total = 0;
   uint64_t counts[4] = { 0, 0, 0, 0 };
@@ -264,7 +272,7 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
         break;
       /* ZERO -> DIRTY: every sector differs from the store (above). */
       if (to == CS_DIRTY && cm->sect) {
-        uint64_t z = fields_equal (old, CS_ZERO) & m;
+        uint64_t z = fields_in (old, whole) & m;
         while (z) {
           mark_chunk (cm, w * PER_WORD + rb_ctz64 (z) / 2);
           z &= z - 1;
@@ -299,6 +307,20 @@ chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
   if (moved)
     memcpy (moved, counts, sizeof counts);
   return total;
+}
+
+uint64_t
+chunkmap_move (struct chunkmap *cm, uint64_t first, uint64_t n,
+               unsigned from, enum chunk_state to, uint64_t moved[4])
+{
+  return move (cm, first, n, from, to, CS_BIT (CS_ZERO), moved);
+}
+
+uint64_t
+chunkmap_dirty_whole (struct chunkmap *cm, uint64_t first, uint64_t n,
+                      unsigned from)
+{
+  return move (cm, first, n, from, CS_DIRTY, from | CS_BIT (CS_ZERO), NULL);
 }
 
 struct still_arg {

@@ -17,8 +17,13 @@
  *   EMPTY -> CLEAN        populate or demand load, holding the range
  *   EMPTY -> DIRTY/ZERO   a write or zero covering the whole chunk,
  *                         holding the range (so no load can land on it)
- *   CLEAN -> DIRTY/ZERO   application write/zero/trim (after RAM changed)
+ *   CLEAN -> DIRTY/ZERO   application write/zero/trim (after RAM changed;
+ *                         a zero marks its whole chunks ZERO before)
  *   DIRTY <-> ZERO        application write/zero/trim
+ *   CLEAN -> DIRTY        a zero, after RAM changed, for whole chunks
+ *                         the flusher cleaned since it marked them
+ *                         ZERO (io.c): what it stored may predate the
+ *                         zero's change of RAM
  *   DIRTY/ZERO -> CLEAN   the flusher, *before* it captures the data, so
  *                         a write that races with the store re-dirties
  *                         the chunk and it is stored again
@@ -39,7 +44,8 @@
  *     move, too;
  *   - a move ZERO -> DIRTY sets all the chunk's bits before its CAS
  *     (chunkmap_move does it): the store still holds the old data
- *     everywhere, not only where the write landed;
+ *     everywhere, not only where the write landed; so does a zero's
+ *     CLEAN -> DIRTY of its whole chunks (chunkmap_dirty_whole);
  *   - the flusher, after its CAS DIRTY -> CLEAN, clears the bits with
  *     a fetch-and-clear (chunkmap_take_bits) and writes back what it
  *     took, from RAM.  A racing write either set its bits before the
@@ -141,6 +147,15 @@ extern const char *chunk_state_name (enum chunk_state s);
 extern uint64_t chunkmap_move (struct chunkmap *cm, uint64_t first,
                                uint64_t n, unsigned from,
                                enum chunk_state to, uint64_t moved[4]);
+
+/* Move every chunk of [first, first+n) whose state is in 'from' to
+ * DIRTY, setting all of its sector bits before its CAS, as for ZERO ->
+ * DIRTY: for a caller that cannot tell which sectors differ from the
+ * store (a zero that re-dirties its whole chunks).  Returns how many
+ * moved.
+ */
+extern uint64_t chunkmap_dirty_whole (struct chunkmap *cm, uint64_t first,
+                                      uint64_t n, unsigned from);
 
 /* First chunk >= from whose state is in 'mask', or UINT64_MAX.  'mask'
  * must be CS_ANY_DIRTY or CS_BIT (CS_EMPTY) (the two hinted sets).

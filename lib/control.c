@@ -16,9 +16,9 @@
 #include "cleanup.h"
 #include "control.h"
 #include "internal.h"
+#include "json.h"
 
 extern const char *rb_errno_name (int e);
-extern int rb_text_escape (char *buf, size_t len, const char *s, size_t n);
 
 #define MAX_WORDS 4
 
@@ -162,176 +162,37 @@ do_sync_now (struct rb *rb)
                     st.unsynced_bytes);
 }
 
-/* Decode the JSON string at *p (after its opening quote) into out
- * (room for strlen (*p) bytes); *p is left after the closing quote.
- * Returns the decoded length, or -1 if it is not a JSON string.
+/* The core's fields and then the store's, through one writer (json.h).
+ * A back= path or URI can be long, and longer escaped, and cut JSON is
+ * no JSON: so grow the buffer until the whole reply fits.
  */
-static ssize_t
-json_string_decode (const char **p, char *out)
-{
-  const char *s = *p;
-  size_t n = 0;
-
-  for (;;) {
-    unsigned char c = *s++;
-    unsigned long u;
-    char hex[5];
-    int i;
-
-    if (c == '"')
-      break;
-    if (c < 0x20)                       /* also the end of the text */
-      return -1;
-    if (c != '\\') {
-      out[n++] = c;
-      continue;
-    }
-    switch (c = *s++) {
-    case '"': case '\\': case '/': out[n++] = c; continue;
-    case 'b': out[n++] = '\b'; continue;
-    case 'f': out[n++] = '\f'; continue;
-    case 'n': out[n++] = '\n'; continue;
-    case 'r': out[n++] = '\r'; continue;
-    case 't': out[n++] = '\t'; continue;
-    case 'u': break;
-    default: return -1;
-    }
-    for (i = 0; i < 4; i++) {
-      if (!isxdigit ((unsigned char) s[i]))   /* stops at the end too */
-        return -1;
-      hex[i] = s[i];
-    }
-    hex[4] = '\0';
-    u = strtoul (hex, NULL, 16);
-    s += 4;
-    /* Six bytes of input make at most three of output (no surrogates:
-     * the stores only escape control characters).
-     */
-    if (u >= 0xd800 && u <= 0xdfff)
-      return -1;
-    if (u < 0x80)
-      out[n++] = u;
-    else if (u < 0x800) {
-      out[n++] = 0xc0 | (u >> 6);
-      out[n++] = 0x80 | (u & 0x3f);
-    }
-    else {
-      out[n++] = 0xe0 | (u >> 12);
-      out[n++] = 0x80 | ((u >> 6) & 0x3f);
-      out[n++] = 0x80 | (u & 0x3f);
-    }
-  }
-  *p = s;
-  return n;
-}
-
-/* The store describes its own fields once, as JSON members
- * (,"key":value...).  The text status shows them as "key: value" lines,
- * strings unquoted and escaped like the core's (rb_text_escape), so
- * whatever a path or URI holds, each field stays one line.  Returns the
- * malloc'd text, or NULL if out of memory; members that do not parse
- * (a store's status cut short) are left out.
- */
-static char *
-store_fields_text (const char *p)
-{
-  size_t cap = strlen (p) * 4 + 64, n = 0;   /* \xHH: 4 bytes per byte */
-  char *text = malloc (cap), *val = malloc (strlen (p) + 1);
-
-  if (text == NULL || val == NULL) {
-    free (text);
-    free (val);
-    return NULL;
-  }
-  text[0] = '\0';
-  while (*p == ',' && p[1] == '"') {
-    const char *key = p + 2, *kend = key, *v;
-    ssize_t vlen;
-    int r;
-
-    while (islower ((unsigned char) *kend) || isdigit ((unsigned char) *kend) ||
-           *kend == '_')
-      kend++;
-    if (kend == key || kend[0] != '"' || kend[1] != ':')
-      break;
-    v = kend + 2;
-    if (*v == '"') {
-      v++;
-      if ((vlen = json_string_decode (&v, val)) == -1)
-        break;
-    }
-    else {
-      /* A number, true, false or null. */
-      vlen = strspn (v, "0123456789+-.eEtruefalsn");
-      if (vlen == 0)
-        break;
-      memcpy (val, v, vlen);
-      v += vlen;
-    }
-    if (*v != ',' && *v != '\0')
-      break;
-    r = snprintf (text + n, cap - n, "%.*s: ", (int) (kend - key), key);
-    if (r < 0 || (size_t) r >= cap - n)
-      break;
-    r += rb_text_escape (text + n + r, cap - n - r, val, vlen);
-    if ((size_t) r + 1 >= cap - n)
-      break;
-    n += r;
-    text[n++] = '\n';
-    text[n] = '\0';
-    p = v;
-  }
-  text[n] = '\0';                       /* a member cut short is left out */
-  free (val);
-  return text;
-}
-
 static char *
 do_status (struct rb *rb, bool json)
 {
   struct rb_stats st;
-  char buf[4096];
-  CLEANUP_FREE char *extra = NULL;
-  size_t n = 0, size = 2048;
-  int len;
+  size_t size = 4096;
 
   rb_get_stats (rb, &st);
-  len = rb_stats_format (&st, json, buf, sizeof buf - 2);
-  if (len < 0 || (size_t) len >= sizeof buf - 2)
-    return reply_err (ENOMEM, "status does not fit");
-  /* The store's fields: a back= path or URI can be long, and longer
-   * escaped.  Cut JSON is no JSON, so grow the buffer until they fit.
-   */
   for (;;) {
-    char *p = realloc (extra, size);
+    const char *end = json ? "\nOK\n" : "OK\n";
+    char *buf = malloc (size);
+    struct rb_status_out o;
 
-    if (p == NULL)
+    if (buf == NULL)
       return NULL;
-    extra = p;
-    extra[0] = '\0';
-    n = 0;
+    rb_status_begin (&o, json, buf, size);
+    rb_stats_fields (&st, &o);
     if (rb->store->ops->status)
-      n = rb->store->ops->status (rb->store, true, extra, size);
-    if (n + 1 < size)
-      break;
+      rb->store->ops->status (rb->store, &o);
+    rb_status_end (&o);
+    if (o.pos + strlen (end) < size) {
+      strcpy (buf + o.pos, end);
+      return buf;
+    }
+    free (buf);
     if (size >= 1024 * 1024)
       return reply_err (ENOMEM, "status does not fit");
     size *= 2;
-  }
-  extra[n] = '\0';
-  if (json) {
-    char *r;
-    buf[len - 1] = '\0';                      /* drop the closing brace */
-    if (asprintf (&r, "%s%s}\nOK\n", buf, extra) == -1)
-      return NULL;
-    return r;
-  }
-  {
-    CLEANUP_FREE char *text = store_fields_text (extra);
-    char *r;
-    if (text == NULL || asprintf (&r, "%s%sOK\n", buf, text) == -1)
-      return NULL;
-    return r;
   }
 }
 

@@ -52,7 +52,8 @@
  * Nothing waits on it: a stop, a sync ticket (rb_sync, FLUSH with
  * fsync=wait), writethrough mode and a writer at the dirty limit
  * (dirty-max=, ups-window=) end the wait at once (rb_flusher_hurry,
- * flusher_delaying).
+ * flusher_delaying), and no wait begins while the dirty data is over
+ * half the limit, so that writers do not stall on it.
  *
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
@@ -97,16 +98,21 @@ batch_bytes (struct rb *rb)
 }
 
 /* Estimated store requests and dirty bytes of DIRTY chunk c (its
- * sector bits as they are now; whole chunks without them).
+ * sector bits as they are now; whole chunks without them).  *prev:
+ * the sector before c is dirty and in the same run, so a run of dirty
+ * sectors going on from it is no new request (take_sectors merges it);
+ * updated for the next chunk.
  */
 static void
-estimate (struct rb *rb, uint64_t c, uint64_t *nios, uint64_t *bytes)
+estimate (struct rb *rb, uint64_t c, bool *prev, uint64_t *nios,
+          uint64_t *bytes)
 {
   unsigned shift = rb->map.sect_per_chunk_shift;
   uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
 
   if (rb->map.sect == NULL) {
-    *nios += 1;
+    *nios += *prev ? 0 : 1;
+    *prev = true;
     *bytes += chunks_bytes (rb, c, 1);
     return;
   }
@@ -114,8 +120,9 @@ estimate (struct rb *rb, uint64_t c, uint64_t *nios, uint64_t *bytes)
     unsigned n = RB_MIN (end - s, 64 - s % 64);
     uint64_t b = chunkmap_peek_bits (&rb->map, s, n);
 
-    *nios += rb_popcount64 (b & ~(b << 1));
+    *nios += rb_popcount64 (b & ~((b << 1) | (*prev ? 1 : 0)));
     *bytes += (uint64_t) rb_popcount64 (b) << rb->sector_shift;
+    *prev = (b >> (n - 1)) & 1;
     s += n;
   }
 }
@@ -157,13 +164,16 @@ collect (struct rb *rb, uint64_t *cursor, struct rb_run *runs)
       continue;
     }
     if (st == CS_DIRTY) {       /* zeroing costs no bandwidth */
+      bool prev = false;
+
       /* Cut the run where the batch has planned requests enough. */
       for (i = 0; i < n; i++) {
-        uint64_t ni = 0;
-        estimate (rb, c + i, &ni, &b);
+        uint64_t ni = 0, nb = 0;
+        estimate (rb, c + i, &prev, &ni, &nb);
         if (i > 0 && nios + ni > BATCH_IOS_PLANNED)
           break;
         nios += ni;
+        b += nb;
       }
       n = i;
       bytes += b;
@@ -438,7 +448,7 @@ may_delay_locked (struct rb *rb, uint64_t target)
   return rb->cfg.flush_delay > 0 && !rb->stopping &&
     rb->sync_requested == target &&
     rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
-    !rb_over_dirty_limit (rb);
+    !rb_dirty_pressure (rb);
 }
 
 /* Wait until deadline while may_delay_locked.  flusher_delaying is set

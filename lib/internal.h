@@ -23,6 +23,7 @@
 #include "env.h"
 #include "error.h"
 #include "ramback.h"
+#include "store.h"
 #include "chunkmap.h"
 #include "rangelock.h"
 #include "ramimage.h"
@@ -225,6 +226,13 @@ rb_tracing (struct rb *rb)
   return rb_atomic_load_relaxed (&rb->trace);
 }
 
+/* stats.c: the core's fields of a status reply, through the status
+ * writer (json.h); the store's follow (ops->status).
+ */
+struct rb_status_out;
+extern void rb_stats_fields (const struct rb_stats *st,
+                             struct rb_status_out *o);
+
 /* core.c: count a failed backing store request, keep its message for
  * status (last_error) and log it.
  */
@@ -312,6 +320,8 @@ extern void rb_resume_map (struct rb *rb);
 extern void rb_throttle (struct rb *rb);
 /* Would rb_throttle wait now?  Lock-free (rb_try_pwrite). */
 extern bool rb_over_dirty_limit (struct rb *rb);
+/* Over half the dirty limit: write back should not wait (flush.c). */
+extern bool rb_dirty_pressure (struct rb *rb);
 
 /* A request's data when it is not one flat buffer (the kernel target:
  * a bio's pages).  copy() moves all 'count' bytes of the request, from

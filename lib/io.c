@@ -17,7 +17,19 @@
  *    after the zero, and the store would get a hole where RAM holds
  *    that write's data.  Moved before, any later write moves the chunk
  *    on to DIRTY after its own copy, so the chunk is written back as
- *    whatever RAM ends up holding.
+ *    whatever RAM ends up holding.  But a write can also land between
+ *    the mark and the zeroing of RAM: it moves the chunk ZERO -> DIRTY,
+ *    the flusher stores its data and marks the chunk CLEAN, and only
+ *    then are those bytes zeroed: CLEAN over a store that holds the
+ *    write's data.  So after zeroing RAM the zero also does what every
+ *    writer does after its copy: it moves its whole chunks that are
+ *    CLEAN now to DIRTY (all sectors: the store may hold anything
+ *    there).  Only CLEAN: DIRTY and ZERO are written back as RAM is,
+ *    and never to ZERO, which could mark as a hole a chunk that a
+ *    later write filled and the flusher stored.  A chunk the flusher
+ *    wrote back as a hole in between is written once more as data
+ *    (zeroes): wasteful, never wrong, and only when the flusher
+ *    catches the chunk within that window.
  *
  *  - Slow path: some chunk is still EMPTY (populate has not reached it).
  *    Take a range over the chunks, load what the request needs ahead of
@@ -172,7 +184,8 @@ kick (struct rb *rb, const struct req *r)
  * ZERO.  'empty' is CS_BIT (CS_EMPTY) after RAM changed (fully covered
  * chunks that were never loaded now hold the data; a zero makes them
  * ZERO), 0 before.  Loaded chunks a zero covers fully were made ZERO
- * before RAM changed (zero_full_chunks).
+ * before RAM changed (zero_full_chunks); after it, those the flusher
+ * cleaned meanwhile are dirtied again (the top of the file).
  */
 static uint64_t
 move_dirty (struct rb *rb, const struct req *r, unsigned empty)
@@ -189,8 +202,11 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
   }
   else {
     moved = 0;
-    if (empty && full_chunks (rb, r, &f, &l))
+    if (empty && full_chunks (rb, r, &f, &l)) {
       moved += chunkmap_move (&rb->map, f, l - f + 1, empty, CS_ZERO, NULL);
+      moved += chunkmap_dirty_whole (&rb->map, f, l - f + 1,
+                                     CS_BIT (CS_CLEAN));
+    }
     if (partial (rb, r, r->c0)) {
       rb_mark_sectors (rb, r->offset,
                        RB_MIN (end, chunk_offset (rb, r->c0 + 1)) - r->offset);
@@ -264,12 +280,24 @@ rb_over_dirty_limit (struct rb *rb)
   return limit != 0 && over (rb, limit);
 }
 
+bool
+rb_dirty_pressure (struct rb *rb)
+{
+  uint64_t limit = rb_atomic_load (&rb->dirty_limit);
+
+  return limit != 0 && over (rb, limit / 2);
+}
+
 void
 rb_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
 #define OVER() over (rb, limit)
+  /* flush-delay=: past half the limit, write back waits no more. */
+  if (limit != 0 && rb_atomic_load (&rb->flusher_delaying) &&
+      over (rb, limit / 2))
+    rb_flusher_hurry (rb);
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);

@@ -18,7 +18,47 @@
 #define RAMBACK_H
 
 #include "env.h"
-#include "store.h"
+
+/* The backing store.  Embedders name it with rb_store_params and may
+ * hand in one already open (store_override); its ops table, for those
+ * who implement a store, is in store.h.
+ */
+struct rb_store;
+
+/* Parameters a store may need when it is opened. */
+struct rb_store_params {
+  const char *uri;            /* path or nbd[s][+unix]:// URI */
+  uint64_t create_size;       /* create a missing file of this size; 0: don't */
+  bool read_only;
+  /* File and block device only (store-file.c): O_DIRECT I/O. */
+  enum rb_direct_io {
+    RB_DIRECT_AUTO = 0,       /* where the file system says it can */
+    RB_DIRECT_OFF,            /* always through the page cache */
+    RB_DIRECT_ON,             /* required: fail to open if refused */
+  } direct_io;
+  /* NBD only (store-nbd.c): TLS passthrough and parallelism. */
+  const char *tls_certificates;
+  const char *tls_psk_file;
+  const char *tls_username;
+  int tls_verify_peer;        /* -1: libnbd default */
+  int connections;            /* 0: auto (multi-conn if the server offers it) */
+  int max_inflight;           /* per connection, 0: default */
+  int request_timeout;        /* seconds without a reply (and without
+                                 socket activity) before a connection
+                                 is given up, 0: never */
+};
+
+/* The store's health, shown in status.  Remote stores can go OFFLINE. */
+enum rb_store_state {
+  RB_STORE_OK = 0,
+  RB_STORE_FAILING,           /* the last request failed */
+  RB_STORE_OFFLINE,           /* connection lost, reconnecting */
+};
+
+/* Whether uri names an NBD export (nbd://, nbds+unix://, ...) rather than
+ * a file or block device.
+ */
+extern bool rb_store_is_nbd_uri (const char *uri);
 
 enum rb_mode {
   RB_MODE_WRITEBACK = 0,      /* writes complete in RAM; flushed later */
@@ -152,6 +192,7 @@ struct rb_stats {
   uint64_t dirty_max;         /* limit in force now (0: none) */
   uint64_t dirty_max_config;  /* dirty-max= */
   unsigned ups_window;        /* ups-window=, seconds */
+  unsigned flush_delay;       /* flush-delay=, seconds */
   uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
   uint64_t populate_bandwidth;
   uint64_t flush_rate;        /* configured caps, 0: none */

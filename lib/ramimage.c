@@ -1,5 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback: the RAM image (ramimage.h: what is refused, the file layout). */
+/* ramback: the RAM image (ramimage.h: what is refused, the file layout).
+ *
+ * Why one file of over 1,000 lines: the header, the decision to resume
+ * or refuse (decide) and the layout it checks are one format, and every
+ * refusal ramimage.h lists sits beside the check that makes it; the
+ * copy functions at the end are the only other job, kept here because
+ * they are the image's access path.
+ */
 
 #include <config.h>
 

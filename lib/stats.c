@@ -3,14 +3,14 @@
  *
  * The field names are an interface (docs/ramback-control.pod): the
  * ramback command, the tests and users' scripts parse them.  One table
- * drives both forms so they cannot drift apart.
+ * drives both forms, through the status writer (json.h) that the
+ * store's fields go through too, so they cannot drift apart.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +40,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->dirty_max = rb_atomic_load (&rb->dirty_limit);
   st->dirty_max_config = rb->cfg.dirty_max;
   st->ups_window = rb->cfg.ups_window;
+  st->flush_delay = rb->cfg.flush_delay;
   st->flush_bandwidth = rb_atomic_load (&rb->flush_bw.bps);
   st->populate_bandwidth = rb_atomic_load (&rb->populate_bw.bps);
   st->flush_rate = rb->cfg.flush_rate;
@@ -114,76 +115,6 @@ store_state_name (enum rb_store_state s)
   }
 }
 
-/* Appending writer that never overflows and keeps the would-be length. */
-struct out {
-  char *buf;
-  size_t len, pos;
-};
-
-static void __attribute__ ((format (printf, 2, 3)))
-put (struct out *o, const char *fmt, ...)
-{
-  va_list args;
-  int n;
-
-  va_start (args, fmt);
-  n = vsnprintf (o->pos < o->len ? o->buf + o->pos : NULL,
-                 o->pos < o->len ? o->len - o->pos : 0, fmt, args);
-  va_end (args);
-  if (n > 0)
-    o->pos += n;
-}
-
-/* JSON strings: escaped by the escaper the stores use too. */
-static void
-put_json_string (struct out *o, const char *s)
-{
-  size_t avail = o->pos < o->len ? o->len - o->pos : 0;
-
-  o->pos += rb_json_string (avail ? o->buf + o->pos : NULL, avail, s);
-}
-
-/* Text strings: the text form is one line per field, so a string must
- * not hold a newline (a path ending in "\nOK" would end the reply
- * early).  Backslash, control characters and DEL are escaped as \\,
- * \n, \r, \t and \xHH (docs/ramback-control.pod); the rest is as is.
- */
-static void
-put_text_string (struct out *o, const char *s, size_t n)
-{
-  size_t i;
-
-  for (i = 0; i < n; i++) {
-    unsigned char c = s[i];
-    switch (c) {
-    case '\\': put (o, "\\\\"); break;
-    case '\n': put (o, "\\n"); break;
-    case '\r': put (o, "\\r"); break;
-    case '\t': put (o, "\\t"); break;
-    default:
-      if (c < 0x20 || c == 0x7f)
-        put (o, "\\x%02x", c);
-      else
-        put (o, "%c", c);
-    }
-  }
-}
-
-/* Exposed for control.c (the store's fields in the text status).  Like
- * snprintf: returns the length the whole text needs.
- */
-int rb_text_escape (char *buf, size_t len, const char *s, size_t n);
-int
-rb_text_escape (char *buf, size_t len, const char *s, size_t n)
-{
-  struct out o = { buf, len, 0 };
-
-  if (len > 0)
-    buf[0] = '\0';
-  put_text_string (&o, s, n);
-  return (int) o.pos;
-}
-
 enum kind { K_U64, K_BOOL, K_STR, K_DBL };
 
 struct field {
@@ -195,8 +126,8 @@ struct field {
   double d;
 };
 
-int
-rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
+void
+rb_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
 {
   double progress = st->chunks ? (double) st->loaded_chunks / st->chunks : 1;
   uint64_t pending = st->dirty_bytes + st->inflight_bytes +
@@ -225,6 +156,7 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
     { "dirty_max", K_U64, .u = st->dirty_max },
     { "dirty_max_config", K_U64, .u = st->dirty_max_config },
     { "ups_window", K_U64, .u = st->ups_window },
+    { "flush_delay", K_U64, .u = st->flush_delay },
     { "flush_bandwidth", K_U64, .u = st->flush_bandwidth },
     { "populate_bandwidth", K_U64, .u = st->populate_bandwidth },
     { "drain_seconds", K_DBL, .d = drain },
@@ -255,35 +187,25 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
     { "last_commit_time", K_DBL, .d = st->last_commit_time },
     { "commit_lag", K_DBL, .d = st->commit_lag },
   };
-  struct out o = { buf, len, 0 };
   size_t i;
 
-  if (json)
-    put (&o, "{");
   for (i = 0; i < sizeof f / sizeof f[0]; i++) {
-    if (json) {
-      put (&o, "%s\"%s\":", i ? "," : "", f[i].name);
-      switch (f[i].kind) {
-      case K_U64: put (&o, "%" PRIu64, f[i].u); break;
-      case K_BOOL: put (&o, "%s", f[i].b ? "true" : "false"); break;
-      case K_STR: put_json_string (&o, f[i].s); break;
-      case K_DBL: put (&o, "%.3f", f[i].d); break;
-      }
-    }
-    else {
-      put (&o, "%s: ", f[i].name);
-      switch (f[i].kind) {
-      case K_U64: put (&o, "%" PRIu64 "\n", f[i].u); break;
-      case K_BOOL: put (&o, "%s\n", f[i].b ? "true" : "false"); break;
-      case K_STR:
-        put_text_string (&o, f[i].s, strlen (f[i].s));
-        put (&o, "\n");
-        break;
-      case K_DBL: put (&o, "%.3f\n", f[i].d); break;
-      }
+    switch (f[i].kind) {
+    case K_U64: rb_status_u64 (o, f[i].name, f[i].u); break;
+    case K_BOOL: rb_status_bool (o, f[i].name, f[i].b); break;
+    case K_STR: rb_status_str (o, f[i].name, f[i].s); break;
+    case K_DBL: rb_status_dbl (o, f[i].name, f[i].d); break;
     }
   }
-  if (json)
-    put (&o, "}");
+}
+
+int
+rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
+{
+  struct rb_status_out o;
+
+  rb_status_begin (&o, json, buf, len);
+  rb_stats_fields (st, &o);
+  rb_status_end (&o);
   return (int) o.pos;
 }

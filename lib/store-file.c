@@ -311,33 +311,13 @@ file_next_data (struct rb_store *s, uint64_t offset, uint64_t *data,
   return 0;
 }
 
-static size_t
-file_status (struct rb_store *s, bool json, char *buf, size_t len)
+static void
+file_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct file_store *f = s->handle;
-  bool direct = rb_atomic_load_relaxed (&f->direct);
-  int r;
 
-  if (json) {
-    size_t n;
-
-    r = snprintf (buf, len, ",\"store_path\":");
-    if (r < 0)
-      return 0;
-    n = (size_t) r;
-    n += rb_json_string (n < len ? buf + n : NULL, n < len ? len - n : 0,
-                         f->path);
-    r = snprintf (n < len ? buf + n : NULL, n < len ? len - n : 0,
-                  ",\"store_direct_io\":%s", direct ? "true" : "false");
-    if (r < 0)
-      return 0;
-    n += (size_t) r;
-    return n < len ? n : len;
-  }
-  else
-    r = snprintf (buf, len, "store_path: %s\nstore_direct_io: %s\n",
-                  f->path, direct ? "true" : "false");
-  return r < 0 ? 0 : (size_t) r < len ? (size_t) r : len;
+  rb_status_str (o, "store_path", f->path);
+  rb_status_bool (o, "store_direct_io", rb_atomic_load_relaxed (&f->direct));
 }
 
 static void

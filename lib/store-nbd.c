@@ -87,6 +87,12 @@
  * cache: every flush() that began before some flush() has reported that
  * loss (by returning EIO) fails with EIO too, and the core then writes
  * everything since the last good sync again.
+ *
+ * Files.  This one: the operations of the store (submit, flush,
+ * next_data, status, take_suspects, close) and open; its state and lock
+ * rules are in store-nbd.h, pieces in store-nbd-queue.c, connections in
+ * store-nbd-conn.c, a lost connection in store-nbd-loss.c.  Over 600
+ * lines because of the design notes above, which belong to all four.
  */
 
 
@@ -321,15 +327,14 @@ nbd_store_next_data (struct rb_store *s, uint64_t offset,
   return 0;
 }
 
-static size_t
-nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
+static void
+nbd_store_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct nbd_store *st = s->handle;
   uint64_t reconnects, disconnects, inflight_max, requests;
   uint64_t oldest_ms = 0, suspect = 0, now = rb_now_ns ();
   unsigned queued = 0, draining = 0;
-  int up, r, i;
-  size_t n = 0;
+  int up, i;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
@@ -354,58 +359,20 @@ nbd_store_status (struct rb_store *s, bool json, char *buf, size_t len)
     requests = st->requests;
   }
 
-#define ADVANCE(r) do { if ((r) > 0) n += (size_t) (r); if (n >= len) return len ? len - 1 : 0; } while (0)
-  if (json) {
-    r = snprintf (buf + n, len - n, ",\"store_uri\":");
-    ADVANCE (r);
-    r = rb_json_string (buf + n, len - n, st->uri);
-    ADVANCE (r);
-    r = snprintf (buf + n, len - n,
-                  ",\"store_connections_up\":%d"
-                  ",\"store_multi_conn\":%s"
-                  ",\"store_block_status\":%s"
-                  ",\"store_reconnects\":%" PRIu64
-                  ",\"store_disconnects\":%" PRIu64
-                  ",\"store_requests\":%" PRIu64
-                  ",\"store_queued\":%u"
-                  ",\"store_oldest_request_ms\":%" PRIu64
-                  ",\"store_suspect_bytes\":%" PRIu64
-                  ",\"store_draining\":%u"
-                  ",\"store_inflight_max\":%" PRIu64
-                  ",\"store_inflight_limit\":%u"
-                  ",\"store_max_request\":%" PRIu64,
-                  up, st->multi_conn ? "true" : "false",
-                  st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, queued, oldest_ms,
-                  suspect, draining, inflight_max,
-                  st->max_inflight, st->max_request);
-    ADVANCE (r);
-  }
-  else {
-    r = snprintf (buf + n, len - n,
-                  "store_uri: %s\n"
-                  "store_connections_up: %d\n"
-                  "store_multi_conn: %s\n"
-                  "store_block_status: %s\n"
-                  "store_reconnects: %" PRIu64 "\n"
-                  "store_disconnects: %" PRIu64 "\n"
-                  "store_requests: %" PRIu64 "\n"
-                  "store_queued: %u\n"
-                  "store_oldest_request_ms: %" PRIu64 "\n"
-                  "store_suspect_bytes: %" PRIu64 "\n"
-                  "store_draining: %u\n"
-                  "store_inflight_max: %" PRIu64 "\n"
-                  "store_inflight_limit: %u\n"
-                  "store_max_request: %" PRIu64 "\n",
-                  st->uri, up, st->multi_conn ? "true" : "false",
-                  st->block_status ? "true" : "false",
-                  reconnects, disconnects, requests, queued, oldest_ms,
-                  suspect, draining, inflight_max,
-                  st->max_inflight, st->max_request);
-    ADVANCE (r);
-  }
-#undef ADVANCE
-  return n;
+  rb_status_str (o, "store_uri", st->uri);
+  rb_status_u64 (o, "store_connections_up", up);
+  rb_status_bool (o, "store_multi_conn", st->multi_conn);
+  rb_status_bool (o, "store_block_status", st->block_status);
+  rb_status_u64 (o, "store_reconnects", reconnects);
+  rb_status_u64 (o, "store_disconnects", disconnects);
+  rb_status_u64 (o, "store_requests", requests);
+  rb_status_u64 (o, "store_queued", queued);
+  rb_status_u64 (o, "store_oldest_request_ms", oldest_ms);
+  rb_status_u64 (o, "store_suspect_bytes", suspect);
+  rb_status_u64 (o, "store_draining", draining);
+  rb_status_u64 (o, "store_inflight_max", inflight_max);
+  rb_status_u64 (o, "store_inflight_limit", st->max_inflight);
+  rb_status_u64 (o, "store_max_request", st->max_request);
 }
 
 /* Polite disconnect, bounded: a dead server must not stall shutdown. */

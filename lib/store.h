@@ -21,6 +21,7 @@
 #define RAMBACK_STORE_H
 
 #include "env.h"
+#include "ramback.h"           /* rb_store_params, rb_store_state */
 
 enum rb_io_op {
   RB_IO_READ,
@@ -39,19 +40,13 @@ struct rb_io {
   int err;
 };
 
-/* The store's health, shown in status.  Remote stores can go OFFLINE. */
-enum rb_store_state {
-  RB_STORE_OK = 0,
-  RB_STORE_FAILING,           /* the last request failed */
-  RB_STORE_OFFLINE,           /* connection lost, reconnecting */
-};
-
 /* A byte range of the store (take_suspects). */
 struct rb_store_range {
   uint64_t offset, count;
 };
 
 struct rb_store;
+struct rb_status_out;
 
 struct rb_store_ops {
   const char *name;           /* "file", "nbd" */
@@ -77,10 +72,11 @@ struct rb_store_ops {
   int (*next_data) (struct rb_store *s, uint64_t offset,
                     uint64_t *data, uint64_t *hole);
 
-  /* Optional: append store-specific status lines ("key: value\n") or JSON
-   * members (",\"key\":value") to buf; returns bytes written.
+  /* Optional: append the store's own status fields (store_*) to the
+   * reply being written, after the core's, with the rb_status_* calls
+   * of json.h (the same writer for the text and the JSON form).
    */
-  size_t (*status) (struct rb_store *s, bool json, char *buf, size_t len);
+  void (*status) (struct rb_store *s, struct rb_status_out *o);
 
   void (*close) (struct rb_store *s);
 
@@ -128,29 +124,6 @@ struct rb_store {
   struct rb_store_id id;
 };
 
-/* Parameters a store may need when it is opened. */
-struct rb_store_params {
-  const char *uri;            /* path or nbd[s][+unix]:// URI */
-  uint64_t create_size;       /* create a missing file of this size; 0: don't */
-  bool read_only;
-  /* File and block device only (store-file.c): O_DIRECT I/O. */
-  enum rb_direct_io {
-    RB_DIRECT_AUTO = 0,       /* where the file system says it can */
-    RB_DIRECT_OFF,            /* always through the page cache */
-    RB_DIRECT_ON,             /* required: fail to open if refused */
-  } direct_io;
-  /* NBD only (store-nbd.c): TLS passthrough and parallelism. */
-  const char *tls_certificates;
-  const char *tls_psk_file;
-  const char *tls_username;
-  int tls_verify_peer;        /* -1: libnbd default */
-  int connections;            /* 0: auto (multi-conn if the server offers it) */
-  int max_inflight;           /* per connection, 0: default */
-  int request_timeout;        /* seconds without a reply (and without
-                                 socket activity) before a connection
-                                 is given up, 0: never */
-};
-
 /* Open the store named by params->uri: an NBD URI goes to store-nbd.c,
  * anything else is a file or block device.  NULL on error.
  */
@@ -192,6 +165,5 @@ rb_store_zero (struct rb_store *s, uint64_t count, uint64_t offset)
 /* Implementations. */
 extern struct rb_store *rb_store_file_open (const struct rb_store_params *);
 extern struct rb_store *rb_store_nbd_open (const struct rb_store_params *);
-extern bool rb_store_is_nbd_uri (const char *uri);
 
 #endif /* RAMBACK_STORE_H */

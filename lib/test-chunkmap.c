@@ -125,8 +125,8 @@ test_random (void)
 }
 
 /* The sector bits: set and taken in pieces, within and across words;
- * a move ZERO -> DIRTY sets all of a chunk's bits; a map rebuilt with
- * dirty chunks starts with all their bits set.
+ * a move ZERO -> DIRTY (or chunkmap_dirty_whole) sets all of a chunk's
+ * bits; a map rebuilt with dirty chunks starts with all their bits set.
  */
 static void
 test_sectors (void)
@@ -163,6 +163,20 @@ test_sectors (void)
     for (s = 0; s < 100 * per; s++) {
       uint64_t b = chunkmap_peek_bits (&cm, s, 1);
       g_assert_cmpuint (b, ==, s >= 7 * per && s < 8 * per ? 1 : 0);
+    }
+
+    /* chunkmap_dirty_whole: every sector of the chunks it moves (9),
+     * none of those it leaves (8 is DIRTY already).
+     */
+    for (s = 7 * per; s < 8 * per; s++)
+      g_assert_cmpuint (chunkmap_take_bits (&cm, s, 1), ==, 1);
+    g_assert_cmpuint (chunkmap_dirty_whole (&cm, 8, 2, CS_BIT (CS_CLEAN)),
+                      ==, 1);
+    g_assert_cmpint (chunkmap_get (&cm, 9), ==, CS_DIRTY);
+    g_assert_cmpuint (chunkmap_dirty (&cm), ==, 3);
+    for (s = 0; s < 100 * per; s++) {
+      uint64_t b = chunkmap_peek_bits (&cm, s, 1);
+      g_assert_cmpuint (b, ==, s >= 9 * per && s < 10 * per ? 1 : 0);
     }
     chunkmap_free (&cm);
   }

@@ -8,7 +8,7 @@
 set -u
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
 here=$(cd "$(dirname "$0")" && pwd)
-[ $# -gt 0 ] || set -- untar restart toggle powercut
+[ $# -gt 0 ] || set -- untar restart toggle powercut jcut jcut-xfs
 logdir=${RAMBACK_GUEST_LOGDIR:-.}
 pass=0 fail=0 failed=()
 summary=()

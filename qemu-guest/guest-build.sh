@@ -39,9 +39,10 @@ srcpkg=${RAMBACK_GUEST_SRCPKG:-linux-source-6.1}
   -p "busybox-static nbd-client e2fsprogs libc6
       libext2fs2 libcom-err2 libblkid1 libuuid1
       libgnutls30 libnl-3-200 libnl-genl-3-200 libp11-kit0 libidn2-0
-      libunistring2 libtasn1-6 libnettle8 libhogweed6 libgmp10 libffi8" \
-  -m "virtio_pci virtio_blk virtio_net nbd" \
-  -b "sbin/nbd-client sbin/mke2fs sbin/e2fsck" \
+      libunistring2 libtasn1-6 libnettle8 libhogweed6 libgmp10 libffi8
+      xfsprogs libinih1 liburcu8" \
+  -m "virtio_pci virtio_blk virtio_net nbd xfs" \
+  -b "sbin/nbd-client sbin/mke2fs sbin/e2fsck sbin/mkfs.xfs sbin/xfs_repair" \
   -l "sbin/mkfs.ext4=mke2fs sbin/fsck.ext4=e2fsck" \
   -e "etc/gnutls/config"
 

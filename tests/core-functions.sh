@@ -5,6 +5,11 @@
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   sha FILE               SHA-256 of FILE
 #   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
+#   random_file FILE BYTES [SEED]  FILE of BYTES seeded random bytes (SEED
+#                          a number, or by default FILE's name)
+#   mount_tmpfs DIR SIZE   a tmpfs of SIZE on the new directory DIR,
+#                          unmounted at exit; skip (77) if refused (call
+#                          private_mount_ns first)
 
 export PYTHONPATH="$top_srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -19,6 +24,24 @@ esac
 py () { /usr/bin/python3 "$@"; }
 
 sha () { sha256sum "$1" | cut -d' ' -f1; }
+
+random_file () {
+    py -c '
+import random, sys
+s = sys.argv[3]
+open (sys.argv[1], "wb").write (
+    random.Random (int (s) if s.isdigit () else s).randbytes (int (sys.argv[2])))' \
+        "$1" "$2" "${3:-$1}"
+}
+
+mount_tmpfs () {
+    mkdir "$1"
+    if ! mount -t tmpfs -o size="$2" tmpfs "$1"; then
+        echo "$0: SKIP: cannot mount a tmpfs"
+        exit 77
+    fi
+    cleanup_fn umount -l "$1"
+}
 
 
 # start_backing NAME NBDKIT-ARGS...: a plain nbdkit (no ramback) on a

@@ -81,6 +81,11 @@
  * mode (so that IMG and the unflushed list stay in the same order);
  * without durable= a write is done outside the lock (the client never
  * has two overlapping writes in flight that it cares about ordering).
+ *
+ * Why one file of over 1,100 lines: it is one test fixture whose
+ * commands, the fault state they arm and the callbacks that obey that
+ * state are read together when a test's interleaving is worked out;
+ * most of its length is the command reference above.
  */
 
 #include <config.h>

@@ -22,6 +22,12 @@
 #                          is OK (tests/rbctl.py)
 #   status_field SOCK NAME...  fields of "status json", one a line
 #   kill_if_running PID    SIGKILL, ignoring a process already gone
+#   private_mount_ns [--optional] ARGS...
+#                          re-run the calling script (with ARGS) in a
+#                          private mount namespace, once; if one cannot
+#                          be made, skip (exit 77), or with --optional
+#                          carry on without it.  Call it before sourcing
+#                          functions.sh (the re-run makes its own $TMP)
 
 harness_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RBCTL="$harness_dir/rbctl.py"
@@ -78,3 +84,15 @@ status_field () {
 }
 
 kill_if_running () { kill -9 "$1" 2>/dev/null || true; }
+
+private_mount_ns () {
+    local optional=no
+    if [ "${1:-}" = --optional ]; then optional=yes; shift; fi
+    [ -z "${RAMBACK_TEST_NS:-}" ] || return 0
+    if ! unshare -m --propagation private true 2>/dev/null; then
+        [ "$optional" = no ] || return 0
+        echo "$0: SKIP: cannot create a private mount namespace (not root?)"
+        exit 77
+    fi
+    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
+}

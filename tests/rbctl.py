@@ -11,10 +11,11 @@ As a command (tests/harness.sh's ctl and status_field call it):
   rbctl.py SOCK REQUEST...        one request; prints the data lines;
                                   exit 0 on OK, 1 on ERR (the ERR line on
                                   stderr), 2 if the server closed first
-  rbctl.py --wait SOCK REQUEST... the same, retrying the connection for
-                                  30 s (a server still starting)
   rbctl.py --field SOCK NAME...   fields of "status json", one a line
                                   (booleans as true/false)
+  rbctl.py --wait ...             either of the above, retrying the
+                                  connection for 30 s (a server still
+                                  starting)
   rbctl.py --drain-time SOCK PID  SIGTERM PID and poll "status json" on
                                   SOCK until the server closes it; prints
                                   the seconds that took, then the wall
@@ -104,31 +105,34 @@ def _drain_time (path, pid):
     print (t0)
 
 
+def _connect (path, tries):
+    for i in range (tries):
+        try:
+            return Control (path)
+        except OSError:
+            if i == tries - 1:
+                raise
+            time.sleep (0.01)
+
+
 def main (argv):
+    tries = 1
+    if argv[:1] == ["--wait"]:
+        argv, tries = argv[1:], 3000
     if len (argv) >= 3 and argv[0] == "--field":
-        st = Control (argv[1]).status ()
+        st = _connect (argv[1], tries).status ()
         for k in argv[2:]:
             print (_show (st[k]))
         return 0
     if len (argv) == 3 and argv[0] == "--drain-time":
         _drain_time (argv[1], int (argv[2]))
         return 0
-    if len (argv) < 2 or (argv[0].startswith ("--") and argv[0] != "--wait"):
-        print ("usage: rbctl.py [--wait] SOCK REQUEST... | --field SOCK NAME... | "
-               "--drain-time SOCK PID", file=sys.stderr)
+    if len (argv) < 2 or argv[0].startswith ("--"):
+        print ("usage: rbctl.py [--wait] SOCK REQUEST... | "
+               "[--wait] --field SOCK NAME... | --drain-time SOCK PID",
+               file=sys.stderr)
         return 2
-    tries = 1
-    if argv[0] == "--wait":
-        argv, tries = argv[1:], 3000
-    for i in range (tries):
-        try:
-            c = Control (argv[0])
-            break
-        except OSError:
-            if i == tries - 1:
-                raise
-            time.sleep (0.01)
-    final, data = c.raw (" ".join (argv[1:]))
+    final, data = _connect (argv[0], tries).raw (" ".join (argv[1:]))
     for l in data:
         print (l)
     if final == "OK":

@@ -146,16 +146,32 @@ remote_log_clean () {
 }
 
 
-wait_status () {
-    local sock=$1 field=$2 value=$3 secs=${4:-60} i v=
+# _wait_value WHAT SECS eq|ge EXPECTED GET...: run GET every 0.1 s until
+# what it prints equals (eq) or is at least (ge) EXPECTED; after SECS
+# seconds say what WHAT was and fail.
+_wait_value () {
+    local what=$1 secs=$2 op=$3 want=$4 i v=
+    shift 4
     for (( i=0; i<secs*10; i++ )); do
-        v=$(status_field "$sock" "$field" 2>/dev/null) || v=
-        [ "$v" = "$value" ] && return 0
+        v=$("$@" 2>/dev/null) || v=
+        if [ "$op" = eq ]; then
+            [ "$v" = "$want" ] && return 0
+        else
+            [ -n "$v" ] && [ "$v" -ge "$want" ] && return 0
+        fi
         sleep 0.1
     done
-    echo "status $field is '$v' after ${secs}s, expected '$value'" >&2
-    ctl "$sock" status >&2 || true
+    if [ "$op" = eq ]; then
+        echo "$what is '$v' after ${secs}s, expected '$want'" >&2
+    else
+        echo "$what is '$v' after ${secs}s, expected >= $want" >&2
+    fi
     return 1
+}
+
+wait_status () {
+    _wait_value "status $2" "${4:-60}" eq "$3" status_field "$1" "$2" ||
+        { ctl "$1" status >&2 || true; return 1; }
 }
 
 # roundtrip NAME URI BACKFILE [PLUGIN-ARGS...]
@@ -198,15 +214,8 @@ roundtrip () {
 }
 
 wait_status_ge () {
-    local sock=$1 field=$2 min=$3 secs=${4:-60} i v=
-    for (( i=0; i<secs*10; i++ )); do
-        v=$(status_field "$sock" "$field" 2>/dev/null) || v=
-        [ -n "$v" ] && [ "$v" -ge "$min" ] && return 0
-        sleep 0.1
-    done
-    echo "status $field is '$v' after ${secs}s, expected >= $min" >&2
-    ctl "$sock" status >&2 || true
-    return 1
+    _wait_value "status $2" "${4:-60}" ge "$3" status_field "$1" "$2" ||
+        { ctl "$1" status >&2 || true; return 1; }
 }
 
 FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so"
@@ -257,13 +266,6 @@ fd_field () {
 }
 
 fd_wait () {
-    local name=$1 key=$2 value=$3 secs=${4:-60} i v=
-    for (( i=0; i<secs*10; i++ )); do
-        v=$(fd_field "$name" "$key") || v=
-        [ "$v" = "$value" ] && return 0
-        sleep 0.1
-    done
-    echo "faultdisk $name: $key is '$v' after ${secs}s, expected '$value'" >&2
-    fd_cmd "$name" status >&2 || true
-    return 1
+    _wait_value "faultdisk $1: $2" "${4:-60}" eq "$3" fd_field "$1" "$2" ||
+        { fd_cmd "$1" status >&2 || true; return 1; }
 }

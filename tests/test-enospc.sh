@@ -16,28 +16,16 @@
 # reaches the store); FLUSH succeeds; the file equals the model while
 # running and again after SIGTERM.
 
-if [ -z "$RAMBACK_TEST_NS" ]; then
-    if ! unshare -m --propagation private true 2>/dev/null; then
-        echo "$0: SKIP: cannot create a private mount namespace"
-        exit 77
-    fi
-    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
-fi
+source "$top_srcdir/tests/harness.sh"
+private_mount_ns "$@"
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
 mnt="$TMP/mnt"
-mkdir "$mnt"
-if ! mount -t tmpfs -o size=48M tmpfs "$mnt"; then
-    echo "$0: SKIP: cannot mount a tmpfs"
-    exit 77
-fi
-cleanup_fn umount -l "$mnt"
+mount_tmpfs "$mnt" 48M
 
-py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (1).randbytes (16 << 20))' "$mnt/filler"
+random_file "$mnt/filler" $((16 << 20)) 1
 truncate -s 128M "$mnt/back.img"
 df -k "$mnt"
 

@@ -157,11 +157,7 @@ def body ():
 M.main (body)
 EOF
 
-mk_image () {
-    py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (sys.argv[1]).randbytes (int (sys.argv[2])))' "$1" "$2"
-}
+mk_image () { random_file "$1" "$2"; }
 
 echo "=== A: error filter on an nbdkit file export"
 img="$TMP/a.img"

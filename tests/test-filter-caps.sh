@@ -25,11 +25,7 @@ RAMBACK_FORM=filter
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
-mk_image () {
-    py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (sys.argv[1]).randbytes (int (sys.argv[2])))' "$1" "$2"
-}
+mk_image () { random_file "$1" "$2"; }
 
 echo "=== 1. no multi-conn: every context written through is flushed"
 export PERCONN_IMG="$TMP/pc.img" PERCONN_DURABLE="$TMP/pc.durable"

@@ -3,7 +3,7 @@
 # flush-delay=SECONDS: a block rewritten many times within the delay is
 # written back once; the delay runs out by itself; and nothing that
 # wants the data on the store waits for it: control sync, FLUSH with
-# fsync=wait, writethrough mode, a clean stop.  With journal= it is an
+# fsync=wait, writethrough mode, a clean stop, the dirty limit.  With journal= it is an
 # error, as is a delay over 60 s.
 
 source "$top_builddir/tests/functions.sh"
@@ -34,6 +34,8 @@ dirty () { status_field "$rb_ctl" dirty_bytes; }
 # 1. A long delay: nothing goes out by itself during the test.
 start_rb rb back="$back" size="$size" fsync=wait flush-delay=30
 ctl "$rb_ctl" wait-populated 60000
+[ "$(status_field "$rb_ctl" flush_delay)" = 30 ] ||
+    fail "status json: flush_delay is not 30"
 s0=$(stored)
 rewrite "$rb_uri" 65536 200 >/dev/null
 sleep 1
@@ -93,7 +95,23 @@ echo "flush-delay=1, 100 rewrites of one block: $grew bytes written back"
 [ "$grew" -le $((2 * 4096)) ] || fail "100 rewrites cost $grew bytes"
 stop_rb rb
 
-# 3. Bad values.
+# 3. The dirty limit: 8 MiB through a 1 MiB dirty-max= must not wait
+# for a 30 s delay.
+start_rb rb back="$back" flush-delay=30 dirty-max=1M
+ctl "$rb_ctl" wait-populated 60000
+t0=$(date +%s)
+/usr/bin/python3 - "$rb_uri" <<'EOP'
+import sys, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(128):
+    h.pwrite(bytes([i + 1]) * 65536, i * 65536)
+EOP
+t=$(( $(date +%s) - t0 ))
+echo "8 MiB through dirty-max=1M with flush-delay=30: $t s"
+[ "$t" -lt 20 ] || fail "writers at the dirty limit waited for the delay ($t s)"
+stop_rb rb
+
+# 4. Bad values.
 expect_fail "flush-delay=61" "from 0 to 60" back="$back" flush-delay=61
 expect_fail "flush-delay with journal=" "flush-delay= does not apply with journal=" \
     back="$back" journal="$TMP/j.img" flush-delay=5

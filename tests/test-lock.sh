@@ -14,18 +14,14 @@
 # backing device itself.  Runs in a private mount
 # namespace; the block device cases are skipped without losetup.
 
-if [ -z "$RAMBACK_TEST_NS" ] &&
-   unshare -m --propagation private true 2>/dev/null; then
-    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
-fi
+source "$top_srcdir/tests/harness.sh"
+private_mount_ns --optional "$@"
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
 back="$TMP/back.img"
-py -c '
-import random, sys
-open (sys.argv[1], "wb").write (random.Random (11).randbytes (8 << 20))' "$back"
+random_file "$back" $((8 << 20)) 11
 ln -s "$back" "$TMP/symlink.img"
 ln "$back" "$TMP/hardlink.img"
 inuse='in use'

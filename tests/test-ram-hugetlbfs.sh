@@ -13,13 +13,8 @@
 # huge page back after a clean stop.  Skipped, saying why, when the pool
 # cannot be raised (not root) or hugetlbfs cannot be mounted.
 
-if [ -z "$RAMBACK_TEST_NS" ]; then
-    if ! unshare -m --propagation private true 2>/dev/null; then
-        echo "$0: SKIP: cannot create a private mount namespace (not root?)"
-        exit 77
-    fi
-    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
-fi
+source "$top_srcdir/tests/harness.sh"
+private_mount_ns "$@"
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"

@@ -15,24 +15,14 @@
 # message naming the space, and overcommit=true lets it start; a device
 # larger than RAM on a tmpfs mounted larger than RAM is refused.
 
-if [ -z "$RAMBACK_TEST_NS" ]; then
-    if ! unshare -m --propagation private true 2>/dev/null; then
-        echo "$0: SKIP: cannot create a private mount namespace (not root?)"
-        exit 77
-    fi
-    RAMBACK_TEST_NS=1 exec unshare -m --propagation private /bin/bash "$0" "$@"
-fi
+source "$top_srcdir/tests/harness.sh"
+private_mount_ns "$@"
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
 
 mnt="$TMP/mnt"
-mkdir "$mnt"
-if ! mount -t tmpfs -o size=48M tmpfs "$mnt"; then
-    echo "$0: SKIP: cannot mount a tmpfs"
-    exit 77
-fi
-cleanup_fn umount -l "$mnt"
+mount_tmpfs "$mnt" 48M
 
 back="$TMP/back.img"
 truncate -s 32M "$back"

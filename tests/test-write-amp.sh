@@ -5,6 +5,7 @@
 # write-back, not a whole chunk each: stored_bytes / written_bytes
 # <= 1.5 for both.  Then the backing file must equal the RAM image
 # byte for byte (sector-sized write-back must not lose any write).
+# And sequential writes still go out as one large request.
 
 source "$top_builddir/tests/functions.sh"
 
@@ -46,3 +47,20 @@ nbdcopy "$rb_uri" "$TMP/ram.img"
 stop_rb rb
 assert_same "$back" "$TMP/ram.img" || fail "the backing file is not the RAM image"
 [ "$bad" = 0 ] || fail "write amplification over 1.5"
+
+# Sequential writes still go out as large requests: 4 MiB written as
+# 1024 writes of 4 KiB, held back (flush-delay=) until one sync, are
+# one store request (the flusher's trace says how many it made).
+start_rb seq back="$back" flush-delay=30 trace=true
+ctl "$seq_ctl" wait-populated 60000
+/usr/bin/python3 - "$seq_uri" <<'EOP'
+import sys, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(1024):
+    h.pwrite(bytes([i % 251 + 1]) * 4096, (1 << 20) + i * 4096)
+EOP
+ctl "$seq_ctl" sync >/dev/null
+grep "flush: " "$seq_log" || fail "no write back traced"
+grep -q "flush: 1 runs, 1 requests, 4194304 bytes" "$seq_log" ||
+    fail "4 MiB of sequential writes did not go out as one request"
+stop_rb seq

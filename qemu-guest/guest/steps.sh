@@ -121,3 +121,78 @@ step_bench () {
     umount_fs
     detach
 }
+
+# jfile I: the content of fsync'd file I (4 KiB to 64 KiB, made from I,
+# so the recover step can rebuild it without a manifest).
+jfile () { yes "jcut file $1" | head -c $(( ($1 % 16 + 1) * 4096 )); }
+
+# The file system of jcut: ramback.fs=ext4 (default) or xfs.
+jfs_make () {
+    if [ "${RB_FS:-ext4}" = xfs ]; then
+        mkfs.xfs -q -f "$DEV" || fail "mkfs.xfs failed"
+        mkdir -p "$MNT"
+        mount -t xfs "$DEV" "$MNT" || fail "mount xfs failed"
+    else
+        make_fs
+        mount_fs
+    fi
+}
+
+# jcut: a new filesystem; the quick part is untarred in the background
+# while files f1, f2, ... are written and fsync'd one after the other
+# (the file, then its directory); "jsync-I" is printed once file I's
+# fsync has returned.  The host kills everything at a random moment.
+step_jcut () {
+    local i=0 f
+    attach
+    jfs_make
+    mkdir "$MNT/fs" || fail "mkdir"
+    sync
+    mark untar-start
+    ( tar -xf "$(disk_of quick)" -C "$MNT" 2>/dev/null; mark untar-done ) &
+    while :; do
+        i=$((i + 1))
+        f=$MNT/fs/f$i
+        jfile $i >"$f" || fail "write $f"
+        sync "$f" || fail "fsync $f"
+        sync "$MNT/fs" || fail "fsync $MNT/fs"
+        echo "RAMBACK-MARK: jsync-$i $(now)"
+    done
+}
+
+# jrecover: after the cut and the recovery on the host: the file
+# system's own log replay is all the repair needed (ext4: e2fsck -E
+# journal_only, then e2fsck -fn clean; XFS: mount, which replays the
+# log, umount, then xfs_repair -n clean), and files f1 ..
+# f<ramback.jsynced> are there, whole.
+step_jrecover () {
+    local rc=0 n=${RB_JSYNCED:-0} i bad=0
+    attach
+    if [ "${RB_FS:-ext4}" = xfs ]; then
+        mkdir -p "$MNT"
+        mount -t xfs "$DEV" "$MNT" || fail "mount xfs (log replay) failed"
+        umount_fs
+        xfs_repair -n "$DEV" >/tmp/fsck.log 2>&1 || rc=$?
+        [ $rc -eq 0 ] || { tail -30 /tmp/fsck.log; fail "xfs_repair -n exit $rc"; }
+        echo "xfs_repair -n: clean"
+        mount -t xfs -o ro "$DEV" "$MNT" || fail "mount xfs ro failed"
+    else
+        e2fsck -y -E journal_only "$DEV" >/tmp/replay.log 2>&1 || rc=$?
+        cat /tmp/replay.log
+        [ $rc -le 1 ] || fail "ext4 journal replay: e2fsck exit $rc"
+        fsck_clean
+        mount_fs ro
+    fi
+    i=1
+    while [ $i -le "$n" ]; do
+        if ! jfile $i | cmp -s - "$MNT/fs/f$i"; then
+            echo "fsync'd file f$i: missing or damaged"
+            bad=$((bad + 1))
+        fi
+        i=$((i + 1))
+    done
+    [ $bad -eq 0 ] || fail "$bad of $n fsync'd files missing or damaged"
+    echo "checksums: all $n fsync'd files match; files present after the cut: $(find "$MNT" -type f | wc -l)"
+    umount_fs
+    detach
+}

@@ -5,8 +5,8 @@
  * so a newer plugin that adds them does not break an older command.
  */
 
-#ifndef RAMBACK_CLI_JSON_H
-#define RAMBACK_CLI_JSON_H
+#ifndef RAMBACK_CLI_JSON_OBJECT_H
+#define RAMBACK_CLI_JSON_OBJECT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -61,4 +61,4 @@ extern void json_object_append (GString *out, const struct json_object *o);
 /* Append s as a JSON string literal, quotes included. */
 extern void json_append_string (GString *out, const char *s);
 
-#endif /* RAMBACK_CLI_JSON_H */
+#endif /* RAMBACK_CLI_JSON_OBJECT_H */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "json-object.h"
 
 /* Deeper nesting than this is not a status reply. */
 #define MAX_DEPTH 32
