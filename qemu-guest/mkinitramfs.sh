@@ -94,7 +94,7 @@ fetch () {
   done
 }
 
-CACHE= NAME=base DEBS= PKGS= MODS= BINS= LINKS= EMPTY=
+CACHE='' NAME=base DEBS='' PKGS='' MODS='' BINS='' LINKS='' EMPTY=''
 while getopts vc:n:D:p:m:b:l:e:KF: opt; do
   case $opt in
     v) verbose=true ;;
@@ -124,7 +124,7 @@ mkdir -p "$CACHE" "$DEBS" || die "cannot create $CACHE or $DEBS"
 exec 9>"$CACHE/.lock"
 flock 9
 
-kpkg= kver=
+kpkg='' kver=''
 if [ -n "$MODS" ]; then
   kpkg=$(kernel_package)
   kver=${kpkg#linux-image-}
@@ -267,6 +267,7 @@ fi
     echo "GUEST_KERNEL_PACKAGE=$kpkg"
   fi
   echo "GUEST_PACKAGES='$(echo $VERSIONS)'"
-} >"$CACHE/$NAME.env"
+} >"$work/$NAME.env"
+mv -f "$work/$NAME.env" "$CACHE/$NAME.env"
 echo "$key" >"$CACHE/$NAME.stamp"
 say "done: $CACHE/$NAME.cpio.gz, $(du -k "$CACHE/$NAME.cpio.gz" | cut -f1) KiB"
