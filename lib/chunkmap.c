@@ -195,7 +195,7 @@ mark_chunk (struct chunkmap *cm, uint64_t c)
 int
 chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
 {
-  uint64_t nbits = cm->nchunks << per_chunk_shift, c;
+  uint64_t nbits = cm->nchunks << per_chunk_shift, w;
 
   cm->sect = rb_calloc ((nbits + 63) / 64 ? (nbits + 63) / 64 : 1,
                         sizeof (uint64_t));
@@ -204,9 +204,14 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
     return -1;
   }
   cm->sect_per_chunk_shift = per_chunk_shift;
-  for (c = 0; c < cm->nchunks; c++)
-    if (CS_ANY_DIRTY & CS_BIT (chunkmap_get (cm, c)))
-      mark_chunk (cm, c);
+  /* A word at a time (the tail is parked CLEAN, never dirty). */
+  for (w = 0; w < cm->nwords; w++) {
+    uint64_t d = fields_in (cm->words[w], CS_ANY_DIRTY);
+    while (d) {
+      mark_chunk (cm, w * PER_WORD + rb_ctz64 (d) / 2);
+      d &= d - 1;
+    }
+  }
   return 0;
 }
 

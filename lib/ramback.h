@@ -192,6 +192,7 @@ struct rb_stats {
   uint64_t dirty_max;         /* limit in force now (0: none) */
   uint64_t dirty_max_config;  /* dirty-max= */
   unsigned ups_window;        /* ups-window=, seconds */
+  unsigned flush_delay;       /* flush-delay=, seconds */
   uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
   uint64_t populate_bandwidth;
   uint64_t flush_rate;        /* configured caps, 0: none */

@@ -6,11 +6,12 @@
 #
 #  1. A fresh memory disk is all hole: populate reads nothing.
 #  2. Random writes, zeroes and trims (checked against a model through
-#     NBD); after "sync", every chunk the model changed was written or
-#     zeroed in the plugin, and a successful Flush follows the last of
+#     NBD); after "sync", every 4 KiB block the model changed was
+#     written or zeroed in the plugin (write back goes by dirty 4 KiB
+#     sector, so a block, not a whole chunk, is the unit), and a successful Flush follows the last of
 #     those writes.
 #  3. flush-rate= holds 8 MiB of new writes dirty; SIGTERM: nbdkit exits
-#     0, the plugin got writes covering every chunk still dirty, then a
+#     0, the plugin got writes covering every block still dirty, then a
 #     Flush that succeeded, and only then was the filter's context to it
 #     closed (its Disconnect is the log's last line): the clean stop
 #     drains through the plugin before nbdkit unloads it.
@@ -53,12 +54,12 @@ def parse (path):
                 done[int (m.group (2))] = int (m.group (3))
     return [(i,) + reqs[i] + (done.get (i),) for i in order]
 
-def stored_chunks (entries, chunk):
-    """Chunks fully covered by successful writes or zeroes."""
+def stored_blocks (entries, unit):
+    """Blocks of UNIT bytes fully covered by successful writes or zeroes."""
     got = set ()
     for i, op, off, n, ret in entries:
         if op in ("Write", "Zero") and ret == 0:
-            for c in range ((off + chunk - 1) // chunk, (off + n) // chunk):
+            for c in range ((off + unit - 1) // unit, (off + n) // unit):
                 got.add (c)
     return got
 EOF
@@ -70,10 +71,11 @@ import plog as P
 
 uri, ctlpath, plogf = sys.argv[1:]
 CHUNK = 65536
+UNIT = 4096
 
-def changed_chunks (a, b):
-    return set (c for c in range (len (a) // CHUNK)
-                if a[c * CHUNK:(c + 1) * CHUNK] != b[c * CHUNK:(c + 1) * CHUNK])
+def changed_blocks (a, b):
+    return set (c for c in range (len (a) // UNIT)
+                if a[c * UNIT:(c + 1) * UNIT] != b[c * UNIT:(c + 1) * UNIT])
 
 def body ():
     rng = random.Random (21)
@@ -92,16 +94,16 @@ def body ():
     M.log ("ops: %r" % counts)
     ctl.sync ()
     entries = P.parse (plogf)
-    want = changed_chunks (m.buf, bytes (m.size))
-    missing = want - P.stored_chunks (entries, CHUNK)
+    want = changed_blocks (m.buf, bytes (m.size))
+    missing = want - P.stored_blocks (entries, UNIT)
     if missing:
-        M.fail ("%d changed chunks never reached the plugin, e.g. chunk %d"
+        M.fail ("%d changed 4 KiB blocks never reached the plugin, e.g. block %d"
                 % (len (missing), min (missing)))
     last_write = max (k for k, e in enumerate (entries)
                       if e[1] in ("Write", "Zero"))
     if not any (e[1] == "Flush" and e[4] == 0 for e in entries[last_write:]):
         M.fail ("no successful Flush after the last write to the plugin")
-    M.log ("after sync: %d changed chunks, all stored, then flushed"
+    M.log ("after sync: %d changed 4 KiB blocks, all stored, then flushed"
            % len (want))
 
     # Held dirty by flush-rate=4M, then a clean stop.
@@ -120,7 +122,7 @@ def body ():
         M.fail ("flush-rate=4M did not hold the data dirty: %r" % st)
     ctl.close ()
     with open (plogf + ".want", "w") as f:
-        f.write (" ".join (str (c) for c in sorted (changed_chunks (before, m.buf))))
+        f.write (" ".join (str (c) for c in sorted (changed_blocks (before, m.buf))))
         f.write ("\n%d\n" % n0)
 
 M.main (body)
@@ -139,9 +141,9 @@ def body ():
         want = set (int (c) for c in f.readline ().split ())
         n0 = int (f.readline ())
     entries = P.parse (plogf)
-    missing = want - P.stored_chunks (entries[n0:], 65536)
+    missing = want - P.stored_blocks (entries[n0:], 4096)
     if missing:
-        M.fail ("%d chunks dirty at SIGTERM never reached the plugin"
+        M.fail ("%d blocks dirty at SIGTERM never reached the plugin"
                 % len (missing))
     last_write = max (k for k, e in enumerate (entries)
                       if e[1] in ("Write", "Zero"))
@@ -151,7 +153,7 @@ def body ():
         last = [l for l in f if l.strip ()][-1]
     if "Disconnect" not in last:
         M.fail ("the log does not end with the context's Disconnect: %r" % last)
-    M.log ("clean stop: %d dirty chunks written to the plugin, flushed, "
+    M.log ("clean stop: %d dirty blocks written to the plugin, flushed, "
            "then the context closed" % len (want))
 
 M.main (body)

@@ -34,6 +34,8 @@ dirty () { status_field "$rb_ctl" dirty_bytes; }
 # 1. A long delay: nothing goes out by itself during the test.
 start_rb rb back="$back" size="$size" fsync=wait flush-delay=30
 ctl "$rb_ctl" wait-populated 60000
+[ "$(status_field "$rb_ctl" flush_delay)" = 30 ] ||
+    fail "status json: flush_delay is not 30"
 s0=$(stored)
 rewrite "$rb_uri" 65536 200 >/dev/null
 sleep 1
