@@ -65,38 +65,20 @@ command -v fio >/dev/null || { echo "$prog: fio is needed" >&2; exit 1; }
 W=$(mktemp -d "$workroot/bench-journal.XXXXXX")
 J=$(mktemp -d "${jdir:-$W}/bench-journal-j.XXXXXX")
 S=
-pids=()
+WORK=$W
+# die, size_arg, start_server, stop_server, fio_metric, median, ratio
+. "$srcdir/lib.sh"
 cleanup () {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    kill_servers
     rm -rf "$W" "$J" ${S:+"$S"}
 }
 trap cleanup EXIT
-die () { echo "$prog: $*" >&2; exit 1; }
 
-size_b=$(numfmt --from=iec "$size")
+size_b=$(size_arg "$size")
 uri () { echo "nbd+unix:///?socket=$W/$1.sock"; }
 
-start () {
-    local name=$1; shift
-    rm -f "$W/$name.sock"
-    nbdkit -f -U "$W/$name.sock" "$@" >"$W/$name.log" 2>&1 &
-    pids+=($!)
-    eval "pid_$name=$!"
-    local i
-    for (( i=0; i<300; i++ )); do
-        [ -S "$W/$name.sock" ] && return 0
-        sleep 0.1
-    done
-    cat "$W/$name.log" >&2
-    die "nbdkit $name did not start"
-}
-stop () {
-    local p="pid_$1"
-    kill "${!p}"
-    wait "${!p}" 2>/dev/null || true
-}
+start () { start_server "$@"; }
+stop () { stop_server "$1"; }
 
 fio_iops () {
     local u=$1 job=$2 extra=()
@@ -109,10 +91,7 @@ fio_iops () {
         --norandommap --randrepeat=0 "${extra[@]}" \
         --output-format=json --output="$W/fio.json" >"$W/fio.err" 2>&1 ||
         { cat "$W/fio.err" >&2; die "fio $job on $u failed"; }
-    /usr/bin/python3 -c '
-import json, sys
-j = json.load (open (sys.argv[1]))["jobs"][0]
-print ("%.1f" % j["write"]["iops"])' "$W/fio.json"
+    printf '%.1f\n' "$(fio_metric "$W/fio.json" write iops)"
 }
 
 if [ "$delay" -gt 0 ]; then
@@ -136,7 +115,6 @@ where="a local file"
 [ "$delay" -eq 0 ] || where="remote, ${delay} ms each way"
 echo "== $prog: size $size, fio ${runtime}s, $repeat rounds, backing $where," \
      "journal in ${jdir:-the same directory}"
-median () { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 [ "$only" = drain ] && repeat_fio=0 || repeat_fio=$repeat
 for (( r=0; r<repeat_fio; r++ )); do
     for c in "${configs[@]}"; do
@@ -169,17 +147,19 @@ echo
 printf '%-12s %10s %10s %10s %14s %14s\n' job plain journal nbdkit \
     journal/plain journal/nbdkit
 for j in "${jobs[@]}"; do
-    p=$(median "${res[plain,$j]}")
-    q=$(median "${res[journal,$j]}")
-    n=$(median "${res[nbdkit,$j]}")
+    # shellcheck disable=SC2086
+    p=$(median ${res[plain,$j]})
+    # shellcheck disable=SC2086
+    q=$(median ${res[journal,$j]})
+    # shellcheck disable=SC2086
+    n=$(median ${res[nbdkit,$j]})
     printf '%-12s %10s %10s %10s %14s %14s\n' "$j" "$p" "$q" "$n" \
-        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $p))")" \
-        "$(/usr/bin/python3 -c "print ('%.2fx' % ($q / $n))")"
+        "$(ratio "$q" "$p")x" "$(ratio "$q" "$n")x"
 done
 }
 
 # ---- drain ----
-drain_b=$(numfmt --from=iec "$drain")
+drain_b=$(size_arg "$drain")
 [ "$delay" -eq 0 ] && [ "$drain_b" -gt 0 ] && [ "$only" != fio ] || exit 0
 S=$(mktemp -d /dev/shm/bench-journal.XXXXXX)
 jmib=$(( drain_b / 4 / 1048576 ))
@@ -187,7 +167,6 @@ jmib=$(( drain_b / 4 / 1048576 ))
 dd if=/dev/zero of="$J/journal.img" bs=1M count=$jmib status=none
 dd if=/dev/zero of="$S/journal.img" bs=1M count=$jmib status=none
 head -c "$drain_b" /dev/urandom >"$W/drain.src"
-now () { date +%s.%N; }
 declare -A dr
 dconfigs=(seq plain drain-same drain-sep)
 echo
@@ -218,16 +197,18 @@ for (( r=0; r<repeat; r++ )); do
             stop s
             t1=$(now)
         fi
-        mbs=$(/usr/bin/python3 -c "print ('%.1f' % ($drain_b / 1048576 / ($t1 - $t0)))")
+        mbs=$(awk -v b="$drain_b" -v a="$t0" -v z="$t1" \
+            'BEGIN { printf "%.1f", b / 1048576 / (z - a) }')
         dr[$c]="${dr[$c]:-} $mbs"
         echo "   round $r $c: $mbs MiB/s"
     done
 done
 echo
 printf '%-12s %10s %10s\n' config 'MiB/s' '/seq'
-sq=$(median "${dr[seq]}")
+# shellcheck disable=SC2086
+sq=$(median ${dr[seq]})
 for c in "${dconfigs[@]}"; do
-    v=$(median "${dr[$c]}")
-    printf '%-12s %10s %10s\n' "$c" "$v" \
-        "$(/usr/bin/python3 -c "print ('%.2fx' % ($v / $sq))")"
+    # shellcheck disable=SC2086
+    v=$(median ${dr[$c]})
+    printf '%-12s %10s %10s\n' "$c" "$v" "$(ratio "$v" "$sq")x"
 done
