@@ -183,6 +183,29 @@ class Control (rbctl.Control):
 
 # --- random workloads ------------------------------------------------------
 
+_fd_seq = [0]
+
+
+def fd_cmd (d, line):
+    """One command to the fault injecting test server
+    (tests/faultdisk-plugin.c) through its command directory d; returns
+    the reply's key=value lines as a dict.  Fails on an error reply or
+    on none in 30 s."""
+    _fd_seq[0] += 1
+    name = "%s/py%04d" % (d, _fd_seq[0])
+    open (name + ".tmp", "w").write (line + "\n")
+    os.rename (name + ".tmp", name + ".cmd")
+    for _ in range (600):
+        if os.path.exists (name + ".reply"):
+            r = open (name + ".reply").read ().split ("\n")
+            os.unlink (name + ".reply")
+            if r[0] != "ok":
+                fail ("faultdisk %r: %r" % (line, r))
+            return dict (l.split ("=", 1) for l in r[1:] if "=" in l)
+        time.sleep (0.05)
+    fail ("faultdisk: no reply to " + line)
+
+
 def rand_len (rng, lo, hi):
     """Log-uniform length in [lo, hi]: as many tiny writes as huge ones."""
     if lo >= hi:

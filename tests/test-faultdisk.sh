@@ -8,6 +8,7 @@
 # whole, torn and lost writes, the same for the same seed).
 
 source "$top_builddir/tests/functions.sh"
+source "$top_srcdir/tests/core-functions.sh"
 source "$top_srcdir/tests/remote-functions.sh"
 set -x
 
@@ -55,21 +56,11 @@ fd_cmd f fail flush >/dev/null
 fd_cmd f fail write offset=3145728 errno=ENOSPC >/dev/null
 /usr/bin/python3 - "$f_uri" "$f_fd" <<'EOF'
 import errno, nbd, os, sys, threading, time
+import model as M
 uri, d = sys.argv[1], sys.argv[2]
 
-def cmd(line, n=[0]):
-    n[0] += 1
-    name = "%s/py%04d" % (d, n[0])
-    open(name + ".tmp", "w").write(line + "\n")
-    os.rename(name + ".tmp", name + ".cmd")
-    for _ in range(600):
-        if os.path.exists(name + ".reply"):
-            r = open(name + ".reply").read().split("\n")
-            os.unlink(name + ".reply")
-            assert r[0] == "ok", (line, r)
-            return dict(l.split("=", 1) for l in r[1:] if "=" in l)
-        time.sleep(0.05)
-    raise Exception("no reply to " + line)
+def cmd(line):
+    return M.fd_cmd(d, line)
 
 def expect_err(fn, err):
     try:
@@ -138,21 +129,11 @@ powercut_run () {
     /usr/bin/python3 - "${!uriv}" "${!dirv}" "$TMP/dur.$tag" \
         "$TMP/img.orig" <<'EOF'
 import nbd, os, random, sys, time
+import model as M
 uri, d, dur, orig = sys.argv[1:]
 
-def cmd(line, n=[0]):
-    n[0] += 1
-    name = "%s/py%04d" % (d, n[0])
-    open(name + ".tmp", "w").write(line + "\n")
-    os.rename(name + ".tmp", name + ".cmd")
-    for _ in range(600):
-        if os.path.exists(name + ".reply"):
-            r = open(name + ".reply").read().split("\n")
-            os.unlink(name + ".reply")
-            assert r[0] == "ok", (line, r)
-            return dict(l.split("=", 1) for l in r[1:] if "=" in l)
-        time.sleep(0.05)
-    raise Exception("no reply to " + line)
+def cmd(line):
+    return M.fd_cmd(d, line)
 
 base = open(orig, "rb").read()
 h = nbd.NBD()

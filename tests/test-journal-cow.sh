@@ -28,20 +28,8 @@ x, y, x2, y2 = (rng.randbytes (65536) for _ in range (4))
 for name, d in (("X", x), ("Y", y)):
     open (tmp + "/" + name, "wb").write (d)
 
-def cmd (line, n=[0]):
-    n[0] += 1
-    name = "%s/py%04d" % (fddir, n[0])
-    open (name + ".tmp", "w").write (line + "\n")
-    os.rename (name + ".tmp", name + ".cmd")
-    for _ in range (600):
-        if os.path.exists (name + ".reply"):
-            r = open (name + ".reply").read ().split ("\n")
-            os.unlink (name + ".reply")
-            if r[0] != "ok":
-                M.fail ("faultdisk %r: %r" % (line, r))
-            return dict (l.split ("=", 1) for l in r[1:] if "=" in l)
-        time.sleep (0.05)
-    M.fail ("faultdisk: no reply to " + line)
+def cmd (line):
+    return M.fd_cmd (fddir, line)
 
 def body ():
     c = M.Control (ctl)
