@@ -42,13 +42,9 @@
 # 2 on bad usage.
 
 set -euo pipefail
-export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
-export LC_ALL=C
-
-prog=${0##*/}
-srcdir=$(cd "$(dirname "$0")" && pwd)
-# die, log, size_arg, servers, control, fio, median (bench/lib.sh)
-. "$srcdir/lib.sh"
+# die, log, size_arg, servers, control, fio, median (bench/lib.sh, which
+# also sets PATH, LC_ALL=C, prog and srcdir)
+. "$(dirname "$0")/lib.sh"
 
 usage () {
     cat <<EOF

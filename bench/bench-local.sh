@@ -16,13 +16,9 @@
 # --strict), 1 if something failed to run, 2 on bad usage.
 
 set -euo pipefail
-export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
-export LC_ALL=C
-
-prog=${0##*/}
-srcdir=$(cd "$(dirname "$0")" && pwd)
-# die, log, size_arg, the arithmetic, servers, control, fio (bench/lib.sh)
-. "$srcdir/lib.sh"
+# die, log, size_arg, the arithmetic, servers, control, fio (bench/lib.sh, which
+# also sets PATH, LC_ALL=C, prog and srcdir)
+. "$(dirname "$0")/lib.sh"
 
 usage () {
     cat <<EOF

@@ -25,13 +25,9 @@
 # 2 on bad usage.
 
 set -euo pipefail
-export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
-export LC_ALL=C
-
-prog=${0##*/}
-srcdir=$(cd "$(dirname "$0")" && pwd)
-# die, size_arg, start_server, ctl, status_field, arithmetic (bench/lib.sh)
-. "$srcdir/lib.sh"
+# die, size_arg, start_server, ctl, status_field, arithmetic (bench/lib.sh, which
+# also sets PATH, LC_ALL=C, prog and srcdir)
+. "$(dirname "$0")/lib.sh"
 
 usage () {
     cat <<EOF

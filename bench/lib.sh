@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # shellcheck shell=bash
-# Helpers shared by the benchmarks.  Source it after setting prog (the
-# script's name, for messages) and WORK (the work directory); it
-# sources tests/harness.sh (fail, to_bytes, serve_bg, ctl, status_field).
+# Helpers shared by the benchmarks.  Source it after setting WORK (the
+# work directory); it puts /usr/bin first in PATH, sets LC_ALL=C, prog
+# (the script's name, for messages, unless set) and srcdir (bench/,
+# unless set), and sources tests/harness.sh (fail, to_bytes, serve_bg,
+# ctl, status_field).
 #
 #   bench_opt ARG          the options every benchmark takes: --build=,
 #                          --dir=, --quick, --output=, --strict, --keep,
@@ -40,7 +42,12 @@
 #   drop_caches            sync, and drop the page cache if we may
 #   fs_type DIR            the file system type name
 
-. "$(dirname "${BASH_SOURCE[0]}")/../tests/harness.sh"
+export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
+export LC_ALL=C
+: "${prog:=${0##*/}}"
+: "${srcdir:=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+
+. "$srcdir/../tests/harness.sh"
 
 die () { echo "$prog: $*" >&2; exit 1; }
 
