@@ -299,35 +299,47 @@ class Workload:
             with self.lock:
                 req = self.pick (w, rng)
                 self.inflight[w] = req
-            op, off, n, data, flags = req
             try:
-                if op == "write":
-                    h.pwrite (data, off, flags)
-                elif op == "zero":
-                    h.zero (n, off, flags)
-                elif op == "trim":
-                    h.trim (n, off, flags)
-                elif op == "read":
-                    got = h.pread (n, off)
-                else:
-                    h.flush ()
+                got = self.send (h, req)
             except nbd.Error:
                 return                  # killed: the request stays in flight
-            with self.lock:
-                if op == "write":
-                    self.model.write (off, data)
-                elif op in ("zero", "trim"):
-                    # ramback's trim zeroes (NBD allows it).
-                    self.model.zero (off, n)
-                elif op == "read":
-                    try:
-                        self.model.check_range (got, off,
-                                                "read by connection %d" % w)
-                    except M.TestFailure as e:
-                        self.errors.append (str (e))
-                        return
-                self.counts[op] = self.counts.get (op, 0) + 1
-                del self.inflight[w]
+            try:
+                self.done (w, req, got)
+            except M.TestFailure as e:
+                self.errors.append (str (e))
+                return
+
+    @staticmethod
+    def send (h, req):
+        """Send one request picked by pick; returns what a read read."""
+        op, off, n, data, flags = req
+        if op == "write":
+            h.pwrite (data, off, flags)
+        elif op == "zero":
+            h.zero (n, off, flags)
+        elif op == "trim":
+            h.trim (n, off, flags)
+        elif op == "read":
+            return h.pread (n, off)
+        else:
+            h.flush ()
+        return None
+
+    def done (self, w, req, got):
+        """Connection w's request req completed: apply it to the model
+        (a read is checked against it) and take it out of flight."""
+        op, off, n, data, flags = req
+        with self.lock:
+            if op == "write":
+                self.model.write (off, data)
+            elif op in ("zero", "trim"):
+                # ramback's trim zeroes (NBD allows it).
+                self.model.zero (off, n)
+            elif op == "read":
+                self.model.check_range (got, off,
+                                        "read by connection %d" % w)
+            self.counts[op] = self.counts.get (op, 0) + 1
+            del self.inflight[w]
 
     def run_until_killed (self, server, delay, fd=None, hold=None):
         """Run, then kill -9 the server: after 'delay' seconds, or with
@@ -386,27 +398,7 @@ class Workload:
             with self.lock:
                 req = self.pick (w, rng)
                 self.inflight[w] = req
-            op, off, n, data, flags = req
-            if op == "write":
-                h.pwrite (data, off, flags)
-            elif op == "zero":
-                h.zero (n, off, flags)
-            elif op == "trim":
-                h.trim (n, off, flags)
-            elif op == "read":
-                got = h.pread (n, off)
-            else:
-                h.flush ()
-            with self.lock:
-                if op == "write":
-                    self.model.write (off, data)
-                elif op in ("zero", "trim"):
-                    self.model.zero (off, n)
-                elif op == "read":
-                    self.model.check_range (got, off,
-                                            "read by connection %d" % w)
-                self.counts[op] = self.counts.get (op, 0) + 1
-                del self.inflight[w]
+            self.done (w, req, self.send (h, req))
         h.shutdown ()
 
     def check_after_crash (self, h, what):
