@@ -137,6 +137,29 @@ read_header (int fd, const char *path, uint64_t file_size,
 /* Create a new ram= file.  Returns the fd, -2 if the path exists, -1 on
  * error.
  */
+/* Take the exclusive lock of the RAM image file fd.  Held by another
+ * process: EBUSY naming the holders, then busy_why, and -1.  Locks not
+ * supported: a warning, and 0 (nothing else stops a second user). */
+static int
+lock_image (int fd, const char *path, const char *busy_why)
+{
+  switch (rb_lock_file (fd, true)) {
+  case 0:
+    break;
+  case 1: {
+    char who[512];
+
+    rb_describe_lock_holders (fd, who, sizeof who);
+    rb_set_error (EBUSY, "ram=%s is in use by %s%s", path, who, busy_why);
+    return -1;
+  }
+  default:
+    rb_warn ("ram=%s: cannot lock it (%s): nothing stops a second ramback "
+             "from using it", path, rb_strerror (errno));
+  }
+  return 0;
+}
+
 static int
 create_file (struct ramimage *ri, const char *path)
 {
@@ -252,22 +275,10 @@ open_existing (struct ramimage *ri, const struct ramimage_params *p,
   if (read_header (fd, path, st2.st_size, old) == -1)
     goto refuse;
 
-  switch (rb_lock_file (fd, true)) {
-  case 0:
-    break;
-  case 1: {
-    char who[512];
-
-    rb_describe_lock_holders (fd, who, sizeof who);
-    rb_set_error (EBUSY, "ram=%s is in use by %s: another ramback serves "
-                  "from this RAM image; stop it first, or give this one "
-                  "another ram= path", path, who);
+  if (lock_image (fd, path, ": another ramback serves from this RAM "
+                  "image; stop it first, or give this one another ram= "
+                  "path") == -1)
     goto refuse;
-  }
-  default:
-    rb_warn ("ram=%s: cannot lock it (%s): nothing stops a second ramback "
-             "from using it", path, rb_strerror (errno));
-  }
   /* It may have changed before the lock was ours: look again. */
   if (fstat (fd, &st2) == -1 || st2.st_nlink != 1 ||
       read_header (fd, path, st2.st_size, old) == -1)
@@ -803,22 +814,11 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
   ri->fd = fd;
 
   if (ri->created) {
-    switch (rb_lock_file (fd, true)) {
-    case 0:
-      break;
-    case 1: {
-      char who[512];
-      rb_describe_lock_holders (fd, who, sizeof who);
-      rb_set_error (EBUSY, "ram=%s is in use by %s (it opened the file "
-                    "this ramback had just created): give ram= a path "
-                    "of its own", p->path, who);
+    if (lock_image (fd, p->path, " (it opened the file this ramback had "
+                    "just created): give ram= a path of its own") == -1) {
       close (fd);
       ri->fd = -1;
       return -1;
-    }
-    default:
-      rb_warn ("ram=%s: cannot lock it (%s): nothing stops a second "
-               "ramback from using it", p->path, rb_strerror (errno));
     }
   }
   ri->owned = true;
