@@ -337,21 +337,6 @@ open_ts (struct tstore *ts, uint32_t chunk, bool fsync_wait)
   return rb;
 }
 
-/* rb_sync until a whole sweep succeeds; a failure re-dirties and the
- * flusher retries, so this ends unless the core gives up.
- */
-static void
-sync_until_ok (struct rb *rb)
-{
-  int i;
-
-  for (i = 0; rb_sync (rb, -1) == -1; i++) {
-    g_assert_cmpint (rb_get_errno (), ==, EIO);
-    if (i == 100)
-      g_error ("rb_sync still failing after 100 tries: %s", rb_get_error ());
-  }
-}
-
 /* A store of 'size' random bytes, and its model. */
 static struct tstore *
 random_store (GRand *r, size_t size, uint8_t **model)
@@ -437,7 +422,7 @@ test_writethrough_write_fails (void)
   g_assert_true (memcmp (got, buf, len) == 0);
   memcpy (model + off, got, len);
 
-  sync_until_ok (rb);
+  ts_sync_until_ok (rb);
   ts_assert_durable (ts, model,
                      "after a failed writethrough write and a sync");
   g_assert_cmpint (rb_close (rb), ==, 0);
@@ -471,7 +456,7 @@ test_writethrough_sync_fails (void)
     g_assert_cmpint (rb_pwrite (rb, buf, 65536, off, 0), ==, 0);
     memcpy (model + off, buf, 65536);
   }
-  sync_until_ok (rb);
+  ts_sync_until_ok (rb);
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.sync_errors, ==, 1);
   ts_assert_durable (ts, model, "after a failed sync of writethrough writes");
@@ -515,7 +500,7 @@ test_zero_ops (void)
   g_assert_cmpint (rb_set_mode (rb, RB_MODE_WRITEBACK), ==, 0);
   g_assert_cmpint (rb_zero (rb, 100, 230 * 4096 + 10, 0), ==, 0);
   memset (model + 230 * 4096 + 10, 0, 100);
-  sync_until_ok (rb);
+  ts_sync_until_ok (rb);
   ts_assert_durable (ts, model, "after zero and trim");
 
   for (i = 0; i < G_N_ELEMENTS (z); i++) {

@@ -268,24 +268,12 @@ fx_check_ram (struct fx *f, const char *what)
                "%02x != %02x", what, i, i / CHUNK, buf[i], f->model[i]);
 }
 
-static void
-sync_until_ok (struct rb *rb)
-{
-  int i;
-
-  for (i = 0; rb_sync (rb, -1) == -1; i++) {
-    g_assert_cmpint (rb_get_errno (), ==, EIO);
-    if (i == 100)
-      g_error ("rb_sync still failing after 100 tries: %s", rb_get_error ());
-  }
-}
-
 /* Everything reaches the store: RAM == durable == model, then close. */
 static void
 fx_finish (struct fx *f, const char *what)
 {
   fx_check_ram (f, what);
-  sync_until_ok (f->rb);
+  ts_sync_until_ok (f->rb);
   ts_assert_durable (f->ts, f->model, what);
   g_assert_cmpint (rb_close (f->rb), ==, 0);
   ts_assert_durable (f->ts, f->model, what);
@@ -974,7 +962,7 @@ test_data_paths (void)
   /* Loaded now: the fast path, which wakes the idle flusher without
    * waiting.
    */
-  sync_until_ok (f.rb);
+  ts_sync_until_ok (f.rb);
   TS_WAIT (rb_atomic_load (&f.rb->flusher_idle), "the flusher to idle");
   ts_fill_random (f.r, w, 9000);
   pieces_init (&f, &pc, w, 9000);
@@ -1183,7 +1171,7 @@ test_zero_vs_write (void)
   struct job z;
 
   fx_open (&f, 91, false, true, true, 0);
-  sync_until_ok (f.rb);
+  ts_sync_until_ok (f.rb);
   w = fx_random (&f, CHUNK);
   rb_atomic_store (&zero_held, false);
   rb_atomic_store (&zero_go, false);
@@ -1219,7 +1207,7 @@ zero_vs_write_before_ram (uint32_t chunk, guint32 seed)
   uint32_t i;
 
   fx_open_cs (&f, seed, false, true, true, 0, chunk);
-  sync_until_ok (f.rb);
+  ts_sync_until_ok (f.rb);
   w = fx_random (&f, chunk);
   rb_atomic_store (&zero_held, false);
   rb_atomic_store (&zero_go, false);
@@ -1230,14 +1218,14 @@ zero_vs_write_before_ram (uint32_t chunk, guint32 seed)
   g_assert_cmpstr (chunk_state_name (chunkmap_get (&f.rb->map, c)), ==,
                    "zero");
   fx_write (&f, w, chunk, x, 0);        /* W, before Z in RAM */
-  sync_until_ok (f.rb);                 /* W's data stored, X clean */
+  ts_sync_until_ok (f.rb);                 /* W's data stored, X clean */
   g_assert_true (ts_durable_has (f.ts, w, chunk, x));
   rb_atomic_store (&zero_go, true);
   job_join (&z);
   g_assert_cmpint (z.r, ==, 0);
   memset (f.model + x, 0, chunk);       /* Z landed last in RAM */
 
-  sync_until_ok (f.rb);
+  ts_sync_until_ok (f.rb);
   g_assert_cmpint (rb_pread (f.rb, ram, chunk, x), ==, 0);
   ts_read_durable (f.ts, store, chunk, x);
   st = chunkmap_get (&f.rb->map, c);

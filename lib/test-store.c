@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "ramback.h"
 #include "test-store.h"
 
 enum gate_state { GATE_ARMED, GATE_HELD, GATE_OPEN };
@@ -61,6 +62,18 @@ ts_skip_known_bug (int known, const char *what)
     return false;
   g_test_skip (what);
   return true;
+}
+
+void
+ts_sync_until_ok (struct rb *rb)
+{
+  int i;
+
+  for (i = 0; rb_sync (rb, -1) == -1; i++) {
+    g_assert_cmpint (rb_get_errno (), ==, EIO);
+    if (i == 100)
+      g_error ("rb_sync still failing after 100 tries: %s", rb_get_error ());
+  }
 }
 
 static struct timespec

@@ -65,6 +65,13 @@ extern bool ts_skip_known_bug (int known, const char *what);
 
 #define TS_TIMEOUT_S 120
 
+struct rb;
+
+/* rb_sync until a whole sweep succeeds; a failure (EIO) re-dirties and
+ * the flusher retries, so this ends unless the core gives up.
+ */
+extern void ts_sync_until_ok (struct rb *rb);
+
 enum ts_op {
   TS_READ = 1,
   TS_WRITE = 2,
