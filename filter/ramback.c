@@ -433,12 +433,7 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \
   "fsync=ignore|wait       Whether FLUSH/FUA wait for the plugin.\n" \
-  "dirty-max=SIZE          Writers wait above this much dirty data.\n" \
-  "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
-  "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
-  "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
-  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
-  "populate=true|false     Populate in the background (default true).\n" \
+  ramback_config_help_rates \
   "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
   "trace=true|false        Trace every request (debug output).\n" \

@@ -17,6 +17,15 @@ extern int ramback_config_check (void);
 extern int ramback_config_check_common (void);
 extern void ramback_config_free (void);
 
+/* The pacing parameters, the same in the plugin and the filter. */
+#define ramback_config_help_rates \
+  "dirty-max=SIZE          Writers wait above this much dirty data.\n" \
+  "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
+  "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
+  "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
+  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
+  "populate=true|false     Populate in the background (default true).\n"
+
 #define ramback_config_help \
   "back=PATH|NBD-URI     (required) The backing store.\n" \
   "journal=PATH|NBD-URI    Crash-consistent write back through a journal.\n" \
@@ -27,12 +36,7 @@ extern void ramback_config_free (void);
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \
   "mode=writeback|writethrough  Initial mode (default writeback).\n" \
   "fsync=ignore|wait       Whether FLUSH/FUA wait for the store.\n" \
-  "dirty-max=SIZE          Writers wait above this much dirty data.\n" \
-  "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
-  "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
-  "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
-  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
-  "populate=true|false     Populate in the background (default true).\n" \
+  ramback_config_help_rates \
   "direct-io=auto|true|false  O_DIRECT write back to a file or device.\n" \
   "overcommit=true         Allow a device larger than RAM, do not reserve ram=.\n" \
   "control=SOCKET          Unix socket for status and control.\n" \
