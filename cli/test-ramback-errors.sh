@@ -120,14 +120,19 @@ run_rb 0 status --json "$rb_ctl"
 expect_field "$TMP/out" mode writethrough
 expect_field "$TMP/out" dirty_chunks 2
 
+# A "ramback sync" in the background (sync_pid), waiting once it holds
+# a socket connection (bounded).
+start_sync () {
+    "$RAMBACK" sync "$rb_ctl" >"$TMP/out" 2>"$TMP/err" &
+    sync_pid=$!
+    for (( i=0; i<100; i++ )); do
+        ls -l /proc/$sync_pid/fd 2>/dev/null | grep -q 'socket:' && break
+        sleep 0.1
+    done
+}
+
 # 130: interrupted while waiting (sync without a timeout).
-"$RAMBACK" sync "$rb_ctl" >"$TMP/out" 2>"$TMP/err" &
-sync_pid=$!
-# It is waiting once it holds a socket connection; bounded.
-for (( i=0; i<100; i++ )); do
-    ls -l /proc/$sync_pid/fd 2>/dev/null | grep -q 'socket:' && break
-    sleep 0.1
-done
+start_sync
 sleep 0.3
 kill -INT $sync_pid
 rc=0; wait $sync_pid || rc=$?
@@ -135,12 +140,7 @@ rc=0; wait $sync_pid || rc=$?
 expect_err "interrupted"
 
 # 4: the plugin is killed in the middle of a sync.
-"$RAMBACK" sync "$rb_ctl" >"$TMP/out" 2>"$TMP/err" &
-sync_pid=$!
-for (( i=0; i<100; i++ )); do
-    ls -l /proc/$sync_pid/fd 2>/dev/null | grep -q 'socket:' && break
-    sleep 0.1
-done
+start_sync
 kill -9 "$rb_pid"
 rc=0; wait $sync_pid || rc=$?
 [ "$rc" -eq 4 ] || { cat "$TMP/err"; fail "sync when nbdkit died: exit status $rc, expected 4"; }
