@@ -183,6 +183,16 @@ class Control (rbctl.Control):
 
 # --- random workloads ------------------------------------------------------
 
+def expect_write_refused (h):
+    """A write to h's (read-only) export must fail."""
+    try:
+        h.pwrite (b"x" * 512, 0)
+    except nbd.Error as e:
+        log ("ok: write refused: %s" % e)
+        return
+    fail ("a write to the read-only export succeeded")
+
+
 _fd_seq = [0]
 
 
