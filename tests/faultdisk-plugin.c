@@ -309,11 +309,9 @@ match (enum op op, uint64_t count, uint64_t offset)
   return NULL;
 }
 
-/* A failed FLUSH that loses the cache: every unflushed write is gone
- * and reads see the durable image again.  Lock held.
- */
+/* Free the unflushed writes' records; the list is empty after. */
 static void
-drop_unflushed (void)
+free_records (void)
 {
   struct record *rec, *next;
 
@@ -324,6 +322,15 @@ drop_unflushed (void)
   }
   st.head = NULL;
   st.tail = &st.head;
+}
+
+/* A failed FLUSH that loses the cache: every unflushed write is gone
+ * and reads see the durable image again.  Lock held.
+ */
+static void
+drop_unflushed (void)
+{
+  free_records ();
   st.unflushed_writes = st.unflushed_bytes = 0;
   if (copy_image (st.dfd, st.fd, st.size) == -1)
     nbdkit_error ("drop: restoring %s from %s: %m", file, durable);
@@ -1121,13 +1128,7 @@ fd_cleanup (void)
 static void
 fd_unload (void)
 {
-  struct record *rec, *next;
-
-  for (rec = st.head; rec; rec = next) {
-    next = rec->next;
-    free (rec->data);
-    free (rec);
-  }
+  free_records ();
   if (st.fd >= 0)
     close (st.fd);
   if (st.dfd >= 0)
