@@ -6,16 +6,22 @@
 # probe: the boot itself is the test (KVM detection, smoke test).
 step_probe () { :; }
 
-# fresh: a new filesystem, the whole source untarred and synced, then
-# checked from the device: e2fsck after unmount, checksums after remount.
-step_fresh () {
-    local t0 p
+# A new filesystem on the attached device, every part untarred into it;
+# sets the caller's t0 (when the untar began) and p.
+untar_fresh () {
     attach
     make_fs
     mount_fs
     mark untar-start
     t0=$(now)
     for p in $(parts); do untar_part "$p"; done
+}
+
+# fresh: a new filesystem, the whole source untarred and synced, then
+# checked from the device: e2fsck after unmount, checksums after remount.
+step_fresh () {
+    local t0 p
+    untar_fresh
     sync
     timing untar+sync "$(elapsed "$t0")"
     mark synced
@@ -107,12 +113,7 @@ step_recover () {
 # nothing else (the benchmark checks the backing store on the host).
 step_bench () {
     local t0 t1 p
-    attach
-    make_fs
-    mount_fs
-    mark untar-start
-    t0=$(now)
-    for p in $(parts); do untar_part "$p"; done
+    untar_fresh
     t1=$(now)
     sync
     timing untar+sync "$(elapsed "$t0")"
