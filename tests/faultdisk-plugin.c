@@ -818,13 +818,7 @@ cmd_powercut (char **w, int nw, char *reply, size_t len)
     else
       nlost++;
   }
-  for (rec = st.head; rec; rec = next) {
-    next = rec->next;
-    free (rec->data);
-    free (rec);
-  }
-  st.head = NULL;
-  st.tail = &st.head;
+  free_records ();
   st.unflushed_writes = st.unflushed_bytes = 0;
   if (fdatasync (st.dfd) == -1 || copy_image (st.dfd, st.fd, st.size) == -1)
     ERROR ("after the cut: %m");
