@@ -294,9 +294,4 @@ EOP
     echo "Ratios: median of the per-run ratios (lowest-highest in brackets)."
 } > "$report"
 
-cat "$report"
-[ -z "$output" ] || cp "$report" "$output"
-if [ "$strict" = yes ] && grep -q 'MISS' "$report"; then
-    exit 3
-fi
-exit 0
+bench_finish "$report"

@@ -167,9 +167,4 @@ report=$WORK/report.txt
     if [ "$sparse" = yes ]; then echo; report_sparse; fi
 } > "$report"
 
-cat "$report"
-[ -z "$output" ] || cp "$report" "$output"
-if [ "$strict" = yes ] && grep -q 'MISS' "$report"; then
-    exit 3
-fi
-exit 0
+bench_finish "$report"

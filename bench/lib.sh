@@ -41,6 +41,8 @@
 #                          (can_drop=yes|no; drops it once)
 #   drop_caches            sync, and drop the page cache if we may
 #   fs_type DIR            the file system type name
+#   bench_finish REPORT    print REPORT, copy it to --output=, and exit:
+#                          3 with --strict if it has a MISS, else 0
 
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
 export LC_ALL=C
@@ -210,4 +212,13 @@ fs_type () {
     t=$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null | head -n1) || t=
     [ -n "$t" ] || t=$(stat -f -c %T "$1")
     echo "$t"
+}
+
+bench_finish () {
+    cat "$1"
+    [ -z "${output:-}" ] || cp "$1" "$output"
+    if [ "${strict:-no}" = yes ] && grep -q 'MISS' "$1"; then
+        exit 3
+    fi
+    exit 0
 }
