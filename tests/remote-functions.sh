@@ -200,8 +200,7 @@ roundtrip () {
     rio check "${!uria}" "$model"
     rio write "${!uria}" "$model" "${SEED:-4}" 300
     rio check "${!uria}" "$model"
-    stop_rb "${name}a"
-    assert_same "$back" "$model"
+    stop_rb_same "${name}a" "$back" "$model"
 
     start_rb "${name}b" back="$uri" "$@"
     local ctlb="${name}b_ctl" urib="${name}b_uri"
@@ -209,8 +208,7 @@ roundtrip () {
     [ "$(status_field "${!ctlb}" loaded_bytes)" -gt 0 ] ||
         fail "nothing was loaded from the remote"
     rio check "${!urib}" "$model"
-    stop_rb "${name}b"
-    assert_same "$back" "$model"
+    stop_rb_same "${name}b" "$back" "$model"
 }
 
 wait_status_ge () {

@@ -341,6 +341,5 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb rb
-assert_same "$back" "$TMP/model.img"
+stop_rb_same rb "$back" "$TMP/model.img"
 echo "control socket garbage: server kept serving, backing == model"

@@ -121,6 +121,5 @@ def body ():
 M.main (body)
 EOF
 
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 echo "backing == model"

@@ -134,6 +134,5 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb rb
-assert_same "$mnt/back.img" "$TMP/model.img"
+stop_rb_same rb "$mnt/back.img" "$TMP/model.img"
 echo "backing == model after ENOSPC and recovery"

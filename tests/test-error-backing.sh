@@ -177,8 +177,7 @@ fi
 soft_rc=0
 py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$img" "$TMP/a.fail" "$TMP/a.model" A || soft_rc=$?
 [ "$soft_rc" -eq 0 ] || [ "$soft_rc" -eq 3 ] || fail "part A"
-stop_rb rb
-assert_same "$img" "$TMP/a.model"
+stop_rb_same rb "$img" "$TMP/a.model"
 [ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$ba_pid"
 grep -c 'injecting' "$ba_log" | sed 's/^/errors injected: /' || true
 
@@ -202,8 +201,7 @@ rc=0
 py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$DURABLE_IMG" "$VOLATILE_FAIL" "$TMP/b.model" B || rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || fail "part B"
 [ "$rc" -eq 0 ] || soft_rc=$rc
-stop_rb rb
-assert_same "$DURABLE_IMG" "$TMP/b.model"
+stop_rb_same rb "$DURABLE_IMG" "$TMP/b.model"
 [ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$bb_pid"
 echo "durable image == model after SIGTERM"
 [ "$soft_rc" -eq 0 ] || fail "see the FAIL lines above"

@@ -92,8 +92,7 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb pc
-assert_same "$PERCONN_DURABLE" "$TMP/pc.model"
+stop_rb_same pc "$PERCONN_DURABLE" "$TMP/pc.model"
 RB_PLUGIN=()
 
 echo "=== 2. can_flush false: fsync=wait refused, fsync=ignore works"
@@ -138,8 +137,7 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb nf
-assert_same "$PERCONN_IMG" "$TMP/pc.model"
+stop_rb_same nf "$PERCONN_IMG" "$TMP/pc.model"
 unset PERCONN_NOFLUSH
 
 echo "=== 3. can_zero none / emulate: zeroes written as data; fast zero"
@@ -202,8 +200,7 @@ for zmode in none emulate native; do
     start_rb z --
     RB_PLUGIN=()
     py "$TMP/zero.py" "$z_uri" "$z_ctl" "$TMP/z.img" "$TMP/z.model" "$zmode"
-    stop_rb z
-    assert_same "$TMP/z.img" "$TMP/z.model"
+    stop_rb_same z "$TMP/z.img" "$TMP/z.model"
     echo "zero $zmode: file == model"
 done
 
@@ -294,8 +291,7 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb b
-assert_same "$TMP/b.img" "$TMP/b.model"
+stop_rb_same b "$TMP/b.img" "$TMP/b.model"
 
 echo "=== 6. a read-only plugin: a read-only export of its data"
 RB_PLUGIN=(pattern size=$(( 4 * 1024 * 1024 + 4096 )))

@@ -51,8 +51,7 @@ start_rb r -- back="$a" ram="$ram"
 [ "$(status_field "$r_ctl" resumed_chunks_to_write)" -ge 1 ] ||
     fail "after kill -9: no resumed chunk to write back"
 nbdsh -u "$r_uri" -c 'assert h.pread (4096, 40960) == b"resumed!" * 512'
-stop_rb r
-assert_same "$a" "$TMP/a-expect.img"
+stop_rb_same r "$a" "$TMP/a-expect.img"
 echo "ok: a write dirty at kill -9 resumed from ram= and written to the plugin"
 
 # 2. A clean stop leaves an image that resumes.
@@ -72,6 +71,5 @@ start_rb d -- back="$b" ram="$ram" resume=discard
     fail "resume=discard: image_source $(status_field "$d_ctl" image_source)"
 ctl "$d_ctl" wait-populated 60000 >/dev/null
 nbdcopy "$d_uri" "$TMP/d.img"
-stop_rb d
-assert_same "$TMP/d.img" "$b"
+stop_rb_same d "$TMP/d.img" "$b"
 echo "ok: refused in front of another file; resume=discard populates from it"

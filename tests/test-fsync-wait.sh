@@ -128,8 +128,7 @@ echo "=== fsync=wait, flush-rate=2M"
 rm -f "$back"
 start_rb rb -- back="$back" size="$size" fsync=wait flush-rate=2M
 py "$TMP/fsync.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" wait
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 
 # The filter form runs the fsync=wait half only: with fsync=ignore a
 # FLUSH never reaches the store, and what remains is the core's, the
@@ -140,5 +139,4 @@ echo "=== fsync=ignore, flush-rate=512K"
 rm -f "$back"
 start_rb rb -- back="$back" size="$size" flush-rate=512K
 py "$TMP/fsync.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" ignore
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"

@@ -75,8 +75,7 @@ ramback status --watch --count=2 --interval=0.1 "$rb_ctl" | tee "$TMP/st"
     fail "status --watch does not show the commit lag"
 ramback status --prometheus "$rb_ctl" | grep -q '^ramback_journal_commits_total{' ||
     fail "no journal metrics"
-stop_rb rb
-assert_same "$TMP/back.img" "$TMP/model"
+stop_rb_same rb "$TMP/back.img" "$TMP/model"
 
 echo "=== each transaction's data starts 4 KiB aligned in the journal"
 truncate -s $(( 2 * 1024 * 1024 )) "$TMP/j2.img"

@@ -107,7 +107,6 @@ def body ():
 
 M.main (body)
 EOF2
-stop_rb rb
-assert_same "$img" "$TMP/model"
+stop_rb_same rb "$img" "$TMP/model"
 [ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$ba_pid"
 echo PASS

@@ -64,8 +64,7 @@ h = M.connect (sys.argv[1])
 m.check_nbd (h, "first ramback after refused starts")
 h.shutdown ()
 EOF
-stop_rb a
-assert_same "$back" "$TMP/model.img"
+stop_rb_same a "$back" "$TMP/model.img"
 echo "ok: the first ramback kept serving; backing == model"
 
 # In the background (no -f): nbdkit forks after the plugin opened the

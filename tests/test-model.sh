@@ -97,8 +97,7 @@ def body ():
 M.main (body)
 EOF
 
-    stop_rb rb
-    assert_same "$back" "$modelf"
+    stop_rb_same rb "$back" "$modelf"
     echo "case $name: backing file == model after SIGTERM"
     rm -f "$back" "$modelf"
 }

@@ -162,21 +162,18 @@ start_rb rb -- back="$back" chunk=64K populate-rate=2M
 slow_rc=0
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" slow || slow_rc=$?
 [ "$slow_rc" -eq 0 ] || [ "$slow_rc" -eq 3 ] || fail "phase 1"
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 echo "phase 1: backing == model after a stop in mid-populate"
 
 echo "=== phase 2: populate=false"
 start_rb rb -- back="$back" chunk=64K populate=false
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" off
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 echo "phase 2: backing == model, unloaded chunks left alone"
 
 echo "=== phase 3: full populate"
 start_rb rb -- back="$back" chunk=64K
 py "$TMP/phase.py" "$rb_uri" "$rb_ctl" "$back" "$modelf" "$seed" full
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 echo "phase 3: backing == model"
 [ "$slow_rc" -eq 0 ] || fail "populate-rate did not hold the populator (see phase 1)"

@@ -95,8 +95,7 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb rb
-assert_same "$back" "$TMP/model.img"
+stop_rb_same rb "$back" "$TMP/model.img"
 [ -e "$mnt/ram.img" ] || fail "ram= file not kept for a resume"
 rm -f "$mnt/ram.img"
 [ "$(free_pages)" -eq "$free0" ] ||

@@ -108,8 +108,7 @@ def body ():
 
 M.main (body)
 EOF
-stop_rb rb
-assert_same "$back" "$TMP/model.img"
+stop_rb_same rb "$back" "$TMP/model.img"
 [ -e "$mnt/ram.img" ] || fail "ram= file not kept for a resume"
 rm -f "$mnt/ram.img"
 echo "backing == model; the full tmpfs cost nothing"

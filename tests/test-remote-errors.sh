@@ -32,8 +32,7 @@ assert_same "$TMP/r.img" "$TMP/model"
 grep -c 'error: injecting' "$r_log" || true
 
 rio check "$rb_uri" "$TMP/model"
-stop_rb rb
-assert_same "$TMP/r.img" "$TMP/model"
+stop_rb_same rb "$TMP/r.img" "$TMP/model"
 kill_remote r TERM
 echo "store_errors: $errors"
 echo PASS

@@ -30,8 +30,7 @@ start_remote r file "$TMP/r.img"
 wait_status "$rb_ctl" store_state ok 30
 rio read "$rb_uri" "$TMP/model" $(( 20 * M )) 65536
 rio check "$rb_uri" "$TMP/model"
-stop_rb rb
-assert_same "$TMP/r.img" "$TMP/model"
+stop_rb_same rb "$TMP/r.img" "$TMP/model"
 
 # Populate at 8 MiB/s (4 s for 32 MiB); the remote dies after ~1 s.
 start_rb rb2 back="$r_uri" populate-rate=8M
@@ -45,7 +44,6 @@ start_remote r file "$TMP/r.img"
 ctl "$rb2_ctl" wait-populated 60000
 rio check "$rb2_uri" "$TMP/model"
 [ "$(status_field "$rb2_ctl" store_reconnects)" -ge 1 ]
-stop_rb rb2
-assert_same "$TMP/r.img" "$TMP/model"
+stop_rb_same rb2 "$TMP/r.img" "$TMP/model"
 kill_remote r TERM
 echo PASS

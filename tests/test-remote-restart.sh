@@ -59,7 +59,6 @@ assert_same "$TMP/r.img" "$TMP/model"
 
 # What the store saw, for the log of this test.
 grep -E 'nbd: |flush|sync' "$rb_log" | tail -40 || true
-stop_rb rb
-assert_same "$TMP/r.img" "$TMP/model"
+stop_rb_same rb "$TMP/r.img" "$TMP/model"
 kill_remote r TERM
 echo PASS

@@ -97,8 +97,7 @@ start_rb f -- back="$back" ram="$ram" resume=force
 [ "$(status_field "$f_ctl" resumed_chunks_to_write)" = 64 ] ||
     fail "resume=force: $(status_field "$f_ctl" resumed_chunks_to_write) chunks to write, not all 64"
 grep -q "resume=force: resuming although" "$f_log" || fail "resume=force: no warning"
-stop_rb f
-assert_same "$back" "$TMP/back-after-a.img"
+stop_rb_same f "$back" "$TMP/back-after-a.img"
 echo "ok: resume=force wrote the image back over back="
 
 # After a kill -9: a mismatch is refused, and says what would be lost.

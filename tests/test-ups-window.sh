@@ -89,12 +89,10 @@ assert v["throttled"] > 0, "the storm never reached the limit"
 open(modelf, "wb").write(model)
 PY
 
-stop_rb rb
-assert_same "$back" "$modelf"
+stop_rb_same rb "$back" "$modelf"
 
 # dirty-max= below the window's limit wins.
 start_rb rb2 -- back="$back" ups-window=60 flush-rate=4M dirty-max=1M
 [ "$(status_field "$rb2_ctl" dirty_max)" = $(( 1024 * 1024 )) ] ||
     fail "dirty-max= did not cap the ups-window limit"
-stop_rb rb2
-assert_same "$back" "$modelf"
+stop_rb_same rb2 "$back" "$modelf"
