@@ -452,27 +452,9 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     struct rb_io *io = &ios[i];
     uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : rw_step;
 
-    io->err = 0;
-    if (io->count == 0)
+    if (!rb_store_check_io (s, io, &first_err, "plugin",
+                            "the plugin is read-only"))
       continue;
-    if (io->offset > s->size || io->count > s->size - io->offset) {
-      io->err = EINVAL;
-      if (!first_err) {
-        first_err = EINVAL;
-        rb_set_error (EINVAL, "plugin: request of %" PRIu64 " bytes at %"
-                      PRIu64 " beyond the end (%" PRIu64 ")", io->count,
-                      io->offset, s->size);
-      }
-      continue;
-    }
-    if (io->op != RB_IO_READ && s->read_only) {
-      io->err = EROFS;
-      if (!first_err) {
-        first_err = EROFS;
-        rb_set_error (EROFS, "plugin: the plugin is read-only");
-      }
-      continue;
-    }
     npieces += (io->offset + io->count - 1) / step - io->offset / step + 1;
   }
   if (first_err) {
@@ -494,7 +476,8 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
 
     /* Cut at multiples of step (a multiple of the minimum block size),
      * so no two pieces share a block: two read-modify-writes of one
-     * block in parallel would lose one of them.
+     * block in parallel would lose one of them.  (lib/store/store-nbd.c
+     * cuts from the request's start instead: a rule of its own.)
      */
     for (pos = io->offset; pos < end; pos = next) {
       struct piece *p = &pieces[k++];

@@ -130,6 +130,17 @@ struct rb_store {
 extern struct rb_store *rb_store_open (const struct rb_store_params *params);
 extern void rb_store_close (struct rb_store *s);
 
+/* For a store's submit: check one request of a batch before cutting it
+ * into pieces.  Sets io->err: 0, or EINVAL past the end of the store, or
+ * EROFS for a change to a read-only one; for the batch's first failure
+ * (*first_err still 0) also *first_err and the thread's error, "WHO:
+ * ..." (ro_what says what is read-only).  Returns true if the request
+ * is to be cut and run (valid and not empty).
+ */
+extern bool rb_store_check_io (const struct rb_store *s, struct rb_io *io,
+                               int *first_err, const char *who,
+                               const char *ro_what);
+
 /* Convenience wrappers for a batch of one (inline: the kernel target
  * shares the code that calls them, not store.c).
  */
