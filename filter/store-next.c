@@ -441,56 +441,36 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   struct next_store *st = s->handle;
   CLEANUP_FREE struct piece *pieces = NULL;
   struct batch b = { .pending = 0 };
-  size_t i, npieces = 0, k = 0;
-  int first_err = 0;
-  /* Small pieces to run in parallel, or the core's own large requests
-   * when the caller runs them alone (see worker_main).
-   */
-  uint64_t rw_step = want_parallel (st) ? st->max_piece : st->max_serial;
+  struct rb_store_cut cut = {
+    /* Small pieces to run in parallel, or the core's own large requests
+     * when the caller runs them alone (see worker_main).
+     */
+    .rw_step = want_parallel (st) ? st->max_piece : st->max_serial,
+    .zero_step = st->max_zero,
+    /* At multiples of the step (a multiple of the minimum block size),
+     * so no two pieces share a block: two read-modify-writes of one
+     * block in parallel would lose one of them.
+     */
+    .aligned = true,
+  };
+  void *mem;
+  size_t npieces, k = 0;
 
-  for (i = 0; i < n; i++) {
-    struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : rw_step;
-
-    if (!rb_store_check_io (s, io, &first_err, "plugin",
-                            "the plugin is read-only"))
-      continue;
-    npieces += (io->offset + io->count - 1) / step - io->offset / step + 1;
-  }
-  if (first_err) {
-    errno = first_err;
+  if (rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &mem, &npieces,
+                         NULL, "plugin", "the plugin is read-only") == -1)
     return -1;
-  }
+  pieces = mem;
   if (npieces == 0)
     return 0;
+  while (rb_store_cut_next (&cut, ios, n)) {
+    struct piece *p = &pieces[k++];
 
-  pieces = calloc (npieces, sizeof *pieces);
-  if (pieces == NULL) {
-    rb_set_error (errno, "plugin: calloc");
-    return -1;
-  }
-  for (i = 0; i < n; i++) {
-    struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO ? st->max_zero : rw_step;
-    uint64_t pos, next, end = io->offset + io->count;
-
-    /* Cut at multiples of step (a multiple of the minimum block size),
-     * so no two pieces share a block: two read-modify-writes of one
-     * block in parallel would lose one of them.  (lib/store/store-nbd.c
-     * cuts from the request's start instead: a rule of its own.)
-     */
-    for (pos = io->offset; pos < end; pos = next) {
-      struct piece *p = &pieces[k++];
-
-      next = RB_MIN ((pos / step + 1) * step, end);
-      p->batch = &b;
-      p->io = io;
-      p->op = io->op;
-      p->buf = io->op == RB_IO_ZERO ? NULL
-        : (char *) io->buf + (pos - io->offset);
-      p->offset = pos;
-      p->count = next - pos;
-    }
+    p->op = cut.io->op;
+    p->batch = &b;
+    p->io = cut.io;
+    p->buf = cut.buf;
+    p->offset = cut.offset;
+    p->count = cut.count;
   }
 
   rb_mutex_init (&b.lock);

@@ -125,55 +125,33 @@ nbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
 {
   struct nbd_store *st = s->handle;
   CLEANUP_FREE struct piece *pieces = NULL;
-  size_t i, npieces = 0, k = 0;
-  uint64_t total = 0;
-  int first_err = 0;
+  /* Pieces of max_request from the request's own start: an NBD server
+   * takes any alignment.
+   */
+  struct rb_store_cut cut = {
+    .rw_step = st->max_request,
+    .zero_step = s->can_zero ? MAX_ZERO_REQUEST : st->max_request,
+  };
+  uint64_t total;
+  void *mem;
+  size_t npieces, k = 0;
 
-  /* Check everything first, count the pieces. */
-  for (i = 0; i < n; i++) {
-    struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO && s->can_zero
-      ? MAX_ZERO_REQUEST : st->max_request;
-
-    if (!rb_store_check_io (s, io, &first_err, "nbd", st->uri))
-      continue;
-    npieces += (io->count + step - 1) / step;
-    total += io->count;
-  }
-  if (first_err) {
-    errno = first_err;
+  if (rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &mem, &npieces,
+                         &total, "nbd", st->uri) == -1)
     return -1;
-  }
+  pieces = mem;
   if (npieces == 0)
     return 0;
+  while (rb_store_cut_next (&cut, ios, n)) {
+    struct piece *p = &pieces[k++];
 
-  pieces = calloc (npieces, sizeof *pieces);
-  if (pieces == NULL) {
-    rb_set_error (errno, "nbd: calloc");
-    return -1;
-  }
-  for (i = 0; i < n; i++) {
-    struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO && s->can_zero
-      ? MAX_ZERO_REQUEST : st->max_request;
-    uint64_t done;
-
-    /* Pieces of max_request from the request's own start: an NBD
-     * server takes any alignment.  (The filter's store-next.c cuts at
-     * multiples of its plugin's block size instead, and has no urgent
-     * queue: the two rules differ, so each store cuts its own.)
-     */
-    for (done = 0; done < io->count; done += step) {
-      struct piece *p = &pieces[k++];
-
-      p->io = io;
-      p->op = io->op == RB_IO_READ ? P_READ
-        : io->op == RB_IO_WRITE ? P_WRITE : P_ZERO;
-      p->buf = io->op == RB_IO_ZERO ? NULL : (char *) io->buf + done;
-      p->offset = io->offset + done;
-      p->count = RB_MIN (step, io->count - done);
-      p->urgent = total <= URGENT_BYTES;
-    }
+    p->op = cut.io->op == RB_IO_READ ? P_READ
+      : cut.io->op == RB_IO_WRITE ? P_WRITE : P_ZERO;
+    p->io = cut.io;
+    p->buf = cut.buf;
+    p->offset = cut.offset;
+    p->count = cut.count;
+    p->urgent = total <= URGENT_BYTES;
   }
   return nbdstore_run_pieces (st, pieces, npieces);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback: opening a backing store (store.h). */
+/* ramback: opening a backing store, and the request checks and piece
+ * cutting of the stores that run pieces in parallel (store.h). */
 
 #include <config.h>
 
@@ -7,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "cleanup.h"
 #include "error.h"
 #include "store.h"
 
@@ -29,8 +31,12 @@ rb_store_close (struct rb_store *s)
     s->ops->close (s);
 }
 
-bool
-rb_store_check_io (const struct rb_store *s, struct rb_io *io,
+/* Check one request: sets io->err, and for the batch's first failure
+ * *first_err and the thread's error.  True if it is to be cut (valid,
+ * not empty).
+ */
+static bool
+check_io (const struct rb_store *s, struct rb_io *io,
                    int *first_err, const char *who, const char *ro_what)
 {
   io->err = 0;
@@ -54,5 +60,75 @@ rb_store_check_io (const struct rb_store *s, struct rb_io *io,
     }
     return false;
   }
+  return true;
+}
+
+int
+rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
+                   struct rb_io *ios, size_t n, size_t size, void **pieces,
+                   size_t *npieces, uint64_t *bytes, const char *who,
+                   const char *ro_what)
+{
+  size_t i, count = 0;
+  uint64_t total = 0;
+  int first_err = 0;
+
+  *pieces = NULL;
+  *npieces = 0;
+  for (i = 0; i < n; i++) {
+    struct rb_io *io = &ios[i];
+    uint64_t step = io->op == RB_IO_ZERO ? c->zero_step : c->rw_step;
+
+    if (!check_io (s, io, &first_err, who, ro_what))
+      continue;
+    if (c->aligned)
+      count += (io->offset + io->count - 1) / step - io->offset / step + 1;
+    else
+      count += (io->count + step - 1) / step;
+    total += io->count;
+  }
+  if (first_err) {
+    errno = first_err;
+    return -1;
+  }
+  if (bytes)
+    *bytes = total;
+  c->io = NULL;
+  c->i = 0;
+  c->offset = c->count = 0;
+  if (count == 0)
+    return 0;
+  *pieces = calloc (count, size);
+  if (*pieces == NULL) {
+    rb_set_error (errno, "%s: calloc", who);
+    return -1;
+  }
+  *npieces = count;
+  return 0;
+}
+
+bool
+rb_store_cut_next (struct rb_store_cut *c, struct rb_io *ios, size_t n)
+{
+  uint64_t pos = c->offset + c->count, end, step, next;
+
+  if (c->io == NULL || pos == c->io->offset + c->io->count) {
+    if (c->io != NULL)
+      c->i++;
+    while (c->i < n && ios[c->i].count == 0)
+      c->i++;
+    if (c->i == n)
+      return false;
+    c->io = &ios[c->i];
+    pos = c->io->offset;
+  }
+  end = c->io->offset + c->io->count;
+  step = c->io->op == RB_IO_ZERO ? c->zero_step : c->rw_step;
+  next = c->aligned ? (pos / step + 1) * step : pos + step;
+  next = RB_MIN (next, end);
+  c->offset = pos;
+  c->count = next - pos;
+  c->buf = c->io->op == RB_IO_ZERO ? NULL
+    : (char *) c->io->buf + (pos - c->io->offset);
   return true;
 }

@@ -130,16 +130,42 @@ struct rb_store {
 extern struct rb_store *rb_store_open (const struct rb_store_params *params);
 extern void rb_store_close (struct rb_store *s);
 
-/* For a store's submit: check one request of a batch before cutting it
- * into pieces.  Sets io->err: 0, or EINVAL past the end of the store, or
- * EROFS for a change to a read-only one; for the batch's first failure
- * (*first_err still 0) also *first_err and the thread's error, "WHO:
- * ..." (ro_what says what is read-only).  Returns true if the request
- * is to be cut and run (valid and not empty).
+/* Cutting a batch into pieces for a store that runs them in parallel
+ * (store-nbd.c, the filter's store-next.c).  A request is cut into
+ * pieces of at most its step (zero_step for a ZERO, rw_step otherwise):
+ * with aligned, at the multiples of the step (so no two pieces share a
+ * block of a store that does read-modify-write), else from the
+ * request's own start.  The caller sets the steps and aligned, calls
+ * rb_store_cut_plan, then rb_store_cut_next for each piece.
  */
-extern bool rb_store_check_io (const struct rb_store *s, struct rb_io *io,
-                               int *first_err, const char *who,
-                               const char *ro_what);
+struct rb_store_cut {
+  uint64_t rw_step, zero_step;
+  bool aligned;
+  /* The current piece, set by rb_store_cut_next: */
+  struct rb_io *io;             /* its request */
+  uint64_t offset, count;
+  char *buf;                    /* its data in io->buf; NULL for a ZERO */
+  size_t i;                     /* io's index in the batch */
+};
+
+/* Check every request of the batch and allocate its pieces: a request
+ * past the end of the store fails with EINVAL, a change to a read-only
+ * one with EROFS; each refused request gets io->err, and the first one
+ * the thread's error, "WHO: ..." (ro_what says what is read-only).
+ * Otherwise *pieces is a zeroed array of *npieces elements of size
+ * bytes (NULL if none: nothing to do), to be filled in the order of
+ * rb_store_cut_next; *bytes (if not NULL) gets the batch's size.
+ * Returns 0, or -1 with errno.
+ */
+extern int rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
+                              struct rb_io *ios, size_t n, size_t size,
+                              void **pieces, size_t *npieces,
+                              uint64_t *bytes, const char *who,
+                              const char *ro_what);
+
+/* Move c to the next piece of the batch; false when none is left. */
+extern bool rb_store_cut_next (struct rb_store_cut *c, struct rb_io *ios,
+                               size_t n);
 
 /* Convenience wrappers for a batch of one (inline: the kernel target
  * shares the code that calls them, not store.c).
