@@ -453,15 +453,13 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
      */
     .aligned = true,
   };
-  void *mem;
-  size_t npieces, k = 0;
+  ssize_t npieces;
+  size_t k = 0;
 
-  if (rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &mem, &npieces,
-                         NULL, "plugin", "the plugin is read-only") == -1)
-    return -1;
-  pieces = mem;
-  if (npieces == 0)
-    return 0;
+  pieces = rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &npieces,
+                              NULL, "plugin", "the plugin is read-only");
+  if (pieces == NULL)
+    return npieces;
   while (rb_store_cut_next (&cut, ios, n)) {
     struct piece *p = &pieces[k++];
 

@@ -133,15 +133,13 @@ nbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     .zero_step = s->can_zero ? MAX_ZERO_REQUEST : st->max_request,
   };
   uint64_t total;
-  void *mem;
-  size_t npieces, k = 0;
+  ssize_t npieces;
+  size_t k = 0;
 
-  if (rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &mem, &npieces,
-                         &total, "nbd", st->uri) == -1)
-    return -1;
-  pieces = mem;
-  if (npieces == 0)
-    return 0;
+  pieces = rb_store_cut_plan (&cut, s, ios, n, sizeof *pieces, &npieces,
+                              &total, "nbd", st->uri);
+  if (pieces == NULL)
+    return npieces;
   while (rb_store_cut_next (&cut, ios, n)) {
     struct piece *p = &pieces[k++];
 

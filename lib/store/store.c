@@ -63,18 +63,18 @@ check_io (const struct rb_store *s, struct rb_io *io,
   return true;
 }
 
-int
+void *
 rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
-                   struct rb_io *ios, size_t n, size_t size, void **pieces,
-                   size_t *npieces, uint64_t *bytes, const char *who,
+                   struct rb_io *ios, size_t n, size_t size,
+                   ssize_t *npieces, uint64_t *bytes, const char *who,
                    const char *ro_what)
 {
   size_t i, count = 0;
   uint64_t total = 0;
   int first_err = 0;
+  void *pieces;
 
-  *pieces = NULL;
-  *npieces = 0;
+  *npieces = -1;
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
     uint64_t step = io->op == RB_IO_ZERO ? c->zero_step : c->rw_step;
@@ -89,22 +89,24 @@ rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
   }
   if (first_err) {
     errno = first_err;
-    return -1;
+    return NULL;
   }
   if (bytes)
     *bytes = total;
   c->io = NULL;
   c->i = 0;
   c->offset = c->count = 0;
-  if (count == 0)
-    return 0;
-  *pieces = calloc (count, size);
-  if (*pieces == NULL) {
+  if (count == 0) {
+    *npieces = 0;
+    return NULL;
+  }
+  pieces = calloc (count, size);
+  if (pieces == NULL) {
     rb_set_error (errno, "%s: calloc", who);
-    return -1;
+    return NULL;
   }
   *npieces = count;
-  return 0;
+  return pieces;
 }
 
 bool

@@ -152,16 +152,16 @@ struct rb_store_cut {
  * past the end of the store fails with EINVAL, a change to a read-only
  * one with EROFS; each refused request gets io->err, and the first one
  * the thread's error, "WHO: ..." (ro_what says what is read-only).
- * Otherwise *pieces is a zeroed array of *npieces elements of size
- * bytes (NULL if none: nothing to do), to be filled in the order of
- * rb_store_cut_next; *bytes (if not NULL) gets the batch's size.
- * Returns 0, or -1 with errno.
+ * Returns a zeroed array of *npieces elements of size bytes, to be
+ * filled in the order of rb_store_cut_next; or NULL with *npieces 0
+ * (nothing to do) or -1 (errno set).  *bytes (if not NULL) gets the
+ * batch's size.
  */
-extern int rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
-                              struct rb_io *ios, size_t n, size_t size,
-                              void **pieces, size_t *npieces,
-                              uint64_t *bytes, const char *who,
-                              const char *ro_what);
+extern void *rb_store_cut_plan (struct rb_store_cut *c,
+                                const struct rb_store *s,
+                                struct rb_io *ios, size_t n, size_t size,
+                                ssize_t *npieces, uint64_t *bytes,
+                                const char *who, const char *ro_what);
 
 /* Move c to the next piece of the batch; false when none is left. */
 extern bool rb_store_cut_next (struct rb_store_cut *c, struct rb_io *ios,
