@@ -84,6 +84,22 @@ struct file_store {
   bool can_zero_range;
 };
 
+/* One pread (RB_IO_READ) or pwrite of fd, again if interrupted. */
+static ssize_t
+rw_once (int fd, enum rb_io_op op, uint8_t *p, uint64_t count,
+         uint64_t offset)
+{
+  ssize_t r;
+
+  do {
+    if (op == RB_IO_READ)
+      r = pread (fd, p, count, offset);
+    else
+      r = pwrite (fd, p, count, offset);
+  } while (r == -1 && errno == EINTR);
+  return r;
+}
+
 /* Through the page cache.  Returns 0 or -1 with the error set. */
 static int
 rw_buffered (struct file_store *f, enum rb_io_op op, uint8_t *p,
@@ -92,15 +108,9 @@ rw_buffered (struct file_store *f, enum rb_io_op op, uint8_t *p,
   uint64_t done = 0;
 
   while (done < count) {
-    ssize_t r;
+    ssize_t r = rw_once (f->fd, op, p + done, count - done, offset + done);
 
-    if (op == RB_IO_READ)
-      r = pread (f->fd, p + done, count - done, offset + done);
-    else
-      r = pwrite (f->fd, p + done, count - done, offset + done);
     if (r == -1) {
-      if (errno == EINTR)
-        continue;
       rb_set_error (errno, "%s: %s %" PRIu64 " bytes at %" PRIu64, f->path,
                     op == RB_IO_READ ? "pread" : "pwrite",
                     count - done, offset + done);
@@ -132,15 +142,9 @@ rw_direct (struct file_store *f, enum rb_io_op op, uint8_t *p,
   uint64_t done = 0;
 
   while (done < count) {
-    ssize_t r;
+    ssize_t r = rw_once (f->dfd, op, p + done, count - done, offset + done);
 
-    if (op == RB_IO_READ)
-      r = pread (f->dfd, p + done, count - done, offset + done);
-    else
-      r = pwrite (f->dfd, p + done, count - done, offset + done);
     if (r == -1) {
-      if (errno == EINTR)
-        continue;
       if (errno == EINVAL) {
         /* The file system takes O_DIRECT at open but not this I/O. */
         if (rb_atomic_xchg_relaxed (&f->direct, false))
