@@ -499,6 +499,8 @@ status_format_prometheus (GString *out, const struct json_object *st,
                           const char *socket)
 {
   static const char *states[] = { "ok", "failing", "offline" };
+  /* ramback_info's labels: status fields of the same names. */
+  static const char *info_labels[] = { "mode", "fsync", "store" };
   char num[G_ASCII_DTOSTR_BUF_SIZE];
   const char *state;
   bool known = false;
@@ -514,12 +516,10 @@ status_format_prometheus (GString *out, const struct json_object *st,
           "Always 1; the labels give the configuration.");
   g_string_append (out, "ramback_info{socket=");
   append_label_value (out, socket);
-  g_string_append (out, ",mode=");
-  append_label_value (out, status_str (st, "mode"));
-  g_string_append (out, ",fsync=");
-  append_label_value (out, status_str (st, "fsync"));
-  g_string_append (out, ",store=");
-  append_label_value (out, status_str (st, "store"));
+  for (i = 0; i < G_N_ELEMENTS (info_labels); i++) {
+    g_string_append_printf (out, ",%s=", info_labels[i]);
+    append_label_value (out, status_str (st, info_labels[i]));
+  }
   g_string_append (out, "} 1\n");
 
   header (out, "ramback_writethrough", "gauge",
