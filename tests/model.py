@@ -17,6 +17,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 
 import nbd
@@ -182,6 +183,23 @@ class Control (rbctl.Control):
 
 
 # --- random workloads ------------------------------------------------------
+
+def flush_in_thread (uri, daemon=False):
+    """Start an NBD FLUSH on a new connection to uri, in a thread.
+    Returns the thread and a list that gets "ok" or the nbd.Error."""
+    res = []
+
+    def run ():
+        try:
+            h = connect (uri)
+            h.flush ()
+            res.append ("ok")
+        except nbd.Error as e:
+            res.append (e)
+    t = threading.Thread (target=run, daemon=daemon)
+    t.start ()
+    return t, res
+
 
 def expect_write_refused (h):
     """A write to h's (read-only) export must fail."""

@@ -31,7 +31,7 @@ df -k "$mnt"
 
 start_rb rb -- back="$mnt/back.img" chunk=64K fsync=wait
 py - "$rb_uri" "$rb_ctl" "$mnt/back.img" "$mnt/filler" "$TMP/model.img" <<'EOF'
-import errno, random, sys, threading
+import errno, random, sys
 import nbd
 import model as M
 
@@ -77,16 +77,7 @@ def body ():
         M.log ("ok: control sync failed: %s" % e.reply)
 
     # FLUSH must fail, not block until space appears.
-    res = []
-    def flush ():
-        try:
-            h2 = M.connect (uri)
-            h2.flush ()
-            res.append ("ok")
-        except nbd.Error as e:
-            res.append (e)
-    t = threading.Thread (target=flush)
-    t.start ()
+    t, res = M.flush_in_thread (uri)
     t.join (30)
     flush_hung = t.is_alive ()
 

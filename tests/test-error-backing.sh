@@ -27,23 +27,14 @@ source "$top_srcdir/tests/core-functions.sh"
 size=$(( 8 * 1024 * 1024 + 12345 ))
 
 cat > "$TMP/fail.py" <<'EOF'
-import os, random, sys, threading
+import os, random, sys
 import nbd
 import model as M
 
 uri, ctlpath, durable, trigger, modelf, part = sys.argv[1:]
 
 def flush_must_fail (uri, what):
-    res = []
-    def run ():
-        try:
-            h = M.connect (uri)
-            h.flush ()
-            res.append ("ok")
-        except nbd.Error as e:
-            res.append (e)
-    t = threading.Thread (target=run, daemon=True)
-    t.start ()
+    t, res = M.flush_in_thread (uri, daemon=True)
     t.join (30)
     if t.is_alive ():
         M.fail ("%s: NBD FLUSH blocked for 30 s instead of failing" % what)
