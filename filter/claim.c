@@ -31,6 +31,7 @@
 #include <nbdkit-filter.h>
 
 #include "exclusive.h"
+#include "ramback.h"
 #include "claim.h"
 
 struct claim {
@@ -71,23 +72,12 @@ claim_add (const char *path)
 static int
 claim_block (struct claim *c, const struct stat *st)
 {
-  char who[512];
-  int fd = open (c->path, O_RDWR | O_CLOEXEC | O_EXCL);
+  int fd = rb_open_block_excl ("file", c->path, O_RDWR, st->st_rdev);
 
   if (fd == -1 && (errno == EROFS || errno == EACCES || errno == EPERM))
-    fd = open (c->path, O_RDONLY | O_CLOEXEC | O_EXCL);
-  if (fd == -1 && errno == EBUSY) {
-    rb_describe_device_users (st->st_rdev, who, sizeof who);
-    nbdkit_error ("file=%s is in use (%s): ramback must be the only user "
-                  "of a backing device, or it would overwrite a mounted "
-                  "file system or another writer's data; unmount it or "
-                  "stop the other user first", c->path,
-                  who[0] ? who : "mounted, part of a device mapper or RAID "
-                  "device, or opened exclusively by another program");
-    return -1;
-  }
+    fd = rb_open_block_excl ("file", c->path, O_RDONLY, st->st_rdev);
   if (fd == -1) {
-    nbdkit_error ("file=%s: open with O_EXCL: %m", c->path);
+    nbdkit_error ("%s", rb_get_error ());
     return -1;
   }
   c->fd = fd;

@@ -15,6 +15,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "exclusive.h"
 
 int
@@ -260,4 +261,26 @@ rb_describe_device_users (uint64_t rdev, char *buf, size_t len)
     append (buf, len, "%sopen in ", sep);
     append_pids (buf, len, pids, n);
   }
+}
+
+int
+rb_open_block_excl (const char *key, const char *path, int flags,
+                    uint64_t rdev)
+{
+  char who[512];
+  int fd = open (path, flags | O_CLOEXEC | O_EXCL);
+
+  if (fd == -1 && errno == EBUSY) {
+    rb_describe_device_users (rdev, who, sizeof who);
+    rb_set_error (EBUSY, "%s=%s is in use (%s): ramback must be the only "
+                  "user of a backing device, or it would overwrite a "
+                  "mounted file system or another writer's data; unmount "
+                  "it or stop the other user first", key, path,
+                  who[0] ? who : "mounted, part of a device mapper or "
+                  "RAID device, or opened exclusively by another program");
+    return -1;
+  }
+  if (fd == -1)
+    rb_set_error (errno, "%s=%s: open with O_EXCL", key, path);
+  return fd;
 }

@@ -44,4 +44,12 @@ extern void rb_describe_lock_holders (int fd, char *buf, size_t len);
  */
 extern void rb_describe_device_users (uint64_t rdev, char *buf, size_t len);
 
+/* Open block device path (rdev: its st_rdev) with flags | O_CLOEXEC |
+ * O_EXCL.  Returns the descriptor, or -1 with the error set: for EBUSY
+ * "KEY=PATH is in use (its users): ...", else "KEY=PATH: open with
+ * O_EXCL" (key: the parameter that named it).
+ */
+extern int rb_open_block_excl (const char *key, const char *path,
+                               int flags, uint64_t rdev);
+
 #endif /* RAMBACK_EXCLUSIVE_H */

@@ -386,24 +386,13 @@ claim (struct rb_store *s, struct file_store *f,
     return -1;
   }
   if (S_ISBLK (st.st_mode)) {
-    int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_EXCL;
-    int fd = open (p->uri, flags);
+    int fd = rb_open_block_excl ("back", p->uri,
+                                 p->read_only ? O_RDONLY : O_RDWR,
+                                 st.st_rdev);
     struct stat st2;
 
-    if (fd == -1 && errno == EBUSY) {
-      rb_describe_device_users (st.st_rdev, who, sizeof who);
-      rb_set_error (EBUSY, "back=%s is in use (%s): ramback must be the "
-                    "only user of a backing device, or it would overwrite a "
-                    "mounted file system or another writer's data; unmount "
-                    "it or stop the other user first", p->uri,
-                    who[0] ? who : "mounted, part of a device mapper or "
-                    "RAID device, or opened exclusively by another program");
+    if (fd == -1)
       return -1;
-    }
-    if (fd == -1) {
-      rb_set_error (errno, "back=%s: open with O_EXCL", p->uri);
-      return -1;
-    }
     if (fstat (fd, &st2) == -1 || !S_ISBLK (st2.st_mode) ||
         st2.st_rdev != st.st_rdev) {
       close (fd);
