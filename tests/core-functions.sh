@@ -5,6 +5,8 @@
 #   py ARGS...             /usr/bin/python3 with tests/model.py importable
 #   sha FILE               SHA-256 of FILE
 #   start_backing NAME ARGS  a plain nbdkit to be an NBD backing store
+#   check_device URI FILE WHAT  the NBD device at URI must read as FILE
+#                          (WHAT names the check in a failure)
 #   random_file FILE BYTES [SEED]  FILE of BYTES seeded random bytes (SEED
 #                          a number, or by default FILE's name)
 #   mount_tmpfs DIR SIZE   a tmpfs of SIZE on the new directory DIR,
@@ -24,6 +26,18 @@ esac
 py () { /usr/bin/python3 "$@"; }
 
 sha () { sha256sum "$1" | cut -d' ' -f1; }
+
+check_device () {
+    py - "$@" <<'EOF'
+import sys
+import model as M
+uri, path, what = sys.argv[1:]
+m = M.Model.from_file (path)
+h = M.connect (uri)
+m.check_nbd (h, what)
+h.shutdown ()
+EOF
+}
 
 random_file () {
     py -c '

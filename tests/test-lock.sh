@@ -56,14 +56,7 @@ expect_fail "same back= twice"       "$inuse.*pid $a_pid" back="$back"
 expect_fail "same back= via symlink" "$inuse.*pid $a_pid" back="$TMP/symlink.img"
 expect_fail "same back= via hard link" "$inuse.*pid $a_pid" back="$TMP/hardlink.img"
 protect_clear
-py - "$a_uri" "$TMP/model.img" <<'EOF'
-import sys
-import model as M
-m = M.Model.from_file (sys.argv[2])
-h = M.connect (sys.argv[1])
-m.check_nbd (h, "first ramback after refused starts")
-h.shutdown ()
-EOF
+check_device "$a_uri" "$TMP/model.img" "first ramback after refused starts"
 stop_rb_same a "$back" "$TMP/model.img"
 echo "ok: the first ramback kept serving; backing == model"
 

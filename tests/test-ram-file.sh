@@ -172,14 +172,7 @@ grep -E "taking over" "$t_log" || fail "no message about taking over the old ima
 [ "$(hfield "$ram" state)" = IN_USE ] || fail "taken over: state is not IN_USE"
 [ "$(hfield "$ram" generation)" = 2 ] || fail "taken over: generation is not 2"
 [ "$(hfield "$ram" uuid)" != "$uuid1" ] || fail "taken over: same uuid"
-py - "$t_uri" "$back" <<'EOF'
-import sys
-import model as M
-m = M.Model.from_file (sys.argv[2])
-h = M.connect (sys.argv[1])
-m.check_nbd (h, "device after taking over a leftover image")
-h.shutdown ()
-EOF
+check_device "$t_uri" "$back" "device after taking over a leftover image"
 stop_rb t
 [ "$(hfield "$ram" state)" = CLEAN_STOP ] || fail "state is not CLEAN_STOP after a clean stop"
 rm -f "$ram"
