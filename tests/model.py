@@ -184,6 +184,19 @@ class Control (rbctl.Control):
 
 # --- random workloads ------------------------------------------------------
 
+def expect_sync_fails (ctl, timeout_ms, errnames, if_not):
+    """A control "sync" must fail, with one of errnames; if_not is the
+    failure message if it succeeds."""
+    try:
+        ctl.sync (timeout_ms)
+    except ControlError as e:
+        if e.errname not in errnames:
+            fail ("control sync: %s" % e)
+        log ("ok: control sync failed: %s" % e.reply)
+        return
+    fail (if_not)
+
+
 def flush_in_thread (uri, daemon=False):
     """Start an NBD FLUSH on a new connection to uri, in a thread.
     Returns the thread and a list that gets "ok" or the nbd.Error."""

@@ -68,13 +68,8 @@ def body ():
         M.fail ("nothing dirty after a failed write back")
     m.check_nbd (h, "device while the store is full")
 
-    try:
-        ctl.sync (2000)
-        M.fail ("control sync reported success with the store full")
-    except M.ControlError as e:
-        if e.errname not in ("ENOSPC", "ETIMEDOUT"):
-            M.fail ("control sync: %s" % e)
-        M.log ("ok: control sync failed: %s" % e.reply)
+    M.expect_sync_fails (ctl, 2000, ("ENOSPC", "ETIMEDOUT"),
+                         "control sync reported success with the store full")
 
     # FLUSH must fail, not block until space appears.
     t, res = M.flush_in_thread (uri)

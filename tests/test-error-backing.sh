@@ -69,13 +69,8 @@ def body ():
     M.log ("backing store now failing")
     # Below 7 MiB: the writethrough write above it must find clean chunks.
     writes (h, m, rng, 20, span=7 * M.MiB)
-    try:
-        ctl.sync (3000)
-        M.fail ("control sync succeeded while the store fails")
-    except M.ControlError as e:
-        if e.errname not in ("EIO", "ETIMEDOUT"):
-            M.fail ("control sync: %s" % e)
-        M.log ("ok: control sync failed: %s" % e.reply)
+    M.expect_sync_fails (ctl, 3000, ("EIO", "ETIMEDOUT"),
+                         "control sync succeeded while the store fails")
     st = ctl.status ()
     M.log ("failing: store_errors=%d sync_errors=%d last_errno=%r last_error=%r "
            "store_state=%s dirty_bytes=%d inflight_bytes=%d unsynced_bytes=%d"
