@@ -58,8 +58,10 @@
  * So the bits of a DIRTY chunk always cover every sector where RAM may
  * differ from the store; a DIRTY chunk with no bits (a write that raced
  * a flusher which already stored its data) just becomes CLEAN.  The
- * dirty counters and hints stay per chunk.  Without sector bits (the
- * kernel target, and journal=, which commits whole chunks), a DIRTY
+ * dirty counters and hints stay per chunk.  journal= (txn.c) takes the
+ * bits at its commit points instead, under its write gate held
+ * exclusively (no writer between its mark and its move), for DIRTY and
+ * ZERO chunks alike.  Without sector bits (the kernel target), a DIRTY
  * chunk is written back whole.
  */
 
