@@ -92,6 +92,7 @@ struct chunkmap {
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
   bool words_external;           /* words belong to the caller */
   uint64_t *sect;                /* sector bits, NULL: none (see above) */
+  uint64_t sect_set;             /* sector bits set (atomic) */
   unsigned sect_per_chunk_shift; /* log2 (sectors per chunk) */
 };
 
@@ -179,6 +180,13 @@ static inline uint64_t
 chunkmap_dirty (const struct chunkmap *cm)
 {
   return rb_atomic_load (&cm->dirty);
+}
+
+/* Sector bits set now (a bound on the dirty sectors, chunkmap_mark). */
+static inline uint64_t
+chunkmap_sectors_set (const struct chunkmap *cm)
+{
+  return rb_atomic_load (&cm->sect_set);
 }
 
 static inline uint64_t

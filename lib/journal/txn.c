@@ -72,8 +72,9 @@
  * fewer rewrites of a chunk per transaction and the journal took a
  * third of the writes it takes without it: not done.)  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
- * (chunk size + an extent entry each) and wait while the live
- * transactions, the dirty chunks, the reservations and their own would
+ * (per_chunk each: about a chunk) and wait while the live
+ * transactions, the dirty data (dirty_est: by the sector bits set, at
+ * most a chunk per dirty chunk), the reservations and their own would
  * exceed the journal; a single write larger than the whole journal
  * fails with a message that says so.  dirty-max= and ups-window= apply
  * as before (rb_throttle).
@@ -168,7 +169,8 @@ struct rb_txns {
   struct rbj_replay replay;
   uint64_t capacity;
   uint64_t interval_ns;
-  uint64_t per_chunk;           /* journal bytes a dirty chunk may take */
+  uint64_t per_chunk;           /* journal bytes a dirty chunk may add
+                                   to dirty_est, at most */
   unsigned unit_shift;          /* log2 of the sector: the unit of 'seen' */
 
   rb_rwlock gate;
@@ -244,6 +246,7 @@ txn_free (struct txn *t)
 /* ---- open, close ---- */
 
 static const struct rb_journal_ops journal_ops;
+static uint64_t dirty_est (struct rb *rb);
 
 int
 rb_txn_open (struct rb *rb)
@@ -268,8 +271,15 @@ rb_txn_open (struct rb *rb)
   t->interval_ns = (rb->cfg.commit_interval_ms
                     ? rb->cfg.commit_interval_ms : RB_DEFAULT_COMMIT_INTERVAL_MS)
     * UINT64_C (1000000);
-  t->per_chunk = rb->chunk_size + RBJ_EXTENT_BYTES;
   t->unit_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
+  /* At least what a chunk adds to either bound of dirty_est (a chunk
+   * and an extent; a sector and an extent per sector, and an extent),
+   * so that what a writer reserves covers what its chunks add to it.
+   */
+  t->per_chunk = RB_MAX ((uint64_t) rb->chunk_size + RBJ_EXTENT_BYTES,
+                         (((uint64_t) rb->chunk_size >> t->unit_shift) *
+                          ((UINT64_C (1) << t->unit_shift) +
+                           RBJ_EXTENT_BYTES)) + RBJ_EXTENT_BYTES);
   t->pending = calloc (words, sizeof (uint64_t));
   t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
@@ -332,7 +342,7 @@ int
 rb_txn_check_fit (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
-  uint64_t need = chunkmap_dirty (&rb->map) * t->per_chunk + RBJ_TXN_FIXED;
+  uint64_t need = dirty_est (rb) + RBJ_TXN_FIXED;
 
   if (chunkmap_dirty (&rb->map) > 0 && need > t->capacity) {
     rb_set_error (ENOSPC, "the RAM image holds %" PRIu64 " dirty chunks "
@@ -372,13 +382,32 @@ rb_txn_close (struct rb *rb, bool clean)
 
 /* ---- the write path ---- */
 
+/* The most journal the next commit point can take (without its fixed
+ * cost): a chunk and an extent per dirty chunk, or, with sector bits,
+ * a sector and an extent per bit set (every data extent holds at least
+ * one) plus an extent per dirty chunk (the zero extents), whichever is
+ * less.
+ */
+static uint64_t
+dirty_est (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t dirty = chunkmap_dirty (&rb->map), est = dirty * t->per_chunk;
+
+  if (rb->map.sect)
+    est = RB_MIN (est, chunkmap_sectors_set (&rb->map) *
+                  ((UINT64_C (1) << t->unit_shift) + RBJ_EXTENT_BYTES) +
+                  dirty * RBJ_EXTENT_BYTES);
+  return est;
+}
+
 static uint64_t
 pending_est (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
 
-  return rb_atomic_load (&t->jused) +
-    chunkmap_dirty (&rb->map) * t->per_chunk + rb_atomic_load (&t->reserved);
+  return rb_atomic_load (&t->jused) + dirty_est (rb) +
+    rb_atomic_load (&t->reserved);
 }
 
 /* Writers wait for space: commit now, and put in place now. */
@@ -590,17 +619,17 @@ add_data (struct rb *rb, struct txn *x, uint64_t off, uint64_t len)
 
 /* The data runs of DIRTY chunk c: its dirty sectors (chunkmap.h), in
  * runs, coalesced with the chunks before it; the whole chunk without
- * sector bits, or if none is set (nothing finer is known: copying more
- * than changed is always safe).  The bits are only read here (the gate
- * is held exclusively, so no writer changes them): take_chunks clears
- * them once the transaction is sure to go ahead.
+ * sector bits.  A DIRTY chunk with no bit set holds nothing the store
+ * lacks (chunkmap.h) and adds no data (dirty_est counts on that).  The
+ * bits are only read here (the gate is held exclusively, so no writer
+ * changes them): take_chunks clears them once the transaction is sure
+ * to go ahead.
  */
 static int
 collect_sectors (struct rb *rb, struct txn *x, uint64_t c)
 {
   unsigned shift = rb->map.sect_per_chunk_shift, us = rb->txns->unit_shift;
   uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
-  uint64_t before = x->data_bytes;
 
   if (rb->map.sect == NULL)
     return add_data (rb, x, chunk_offset (rb, c), chunks_bytes (rb, c, 1));
@@ -619,8 +648,6 @@ collect_sectors (struct rb *rb, struct txn *x, uint64_t c)
     }
     s += n;
   }
-  if (x->data_bytes == before)
-    return add_data (rb, x, chunk_offset (rb, c), chunks_bytes (rb, c, 1));
   return 0;
 }
 
@@ -669,15 +696,16 @@ collect_all (struct rb *rb, struct txn *x)
 }
 
 /* The commit point proper, for the collected chunks: each moves to
- * CLEAN (NB set first with resume), its sector bits are cleared, and a
- * DIRTY one becomes pending.  The gate held exclusively keeps writers
- * out, so no bit set by a write that is not in x is cleared here
- * (a writer sets its bits and moves its chunks to DIRTY inside the
- * gate); a ZERO chunk's bits are cleared too (they are stale: x writes
- * it whole), unlike the plain flusher's, which races with writers.
+ * CLEAN (NB set first with resume), its sector bits are cleared, and,
+ * with 'pend' (the transaction goes ahead), a DIRTY one becomes
+ * pending.  The gate held exclusively keeps writers out, so no bit set
+ * by a write that is not in x is cleared here (a writer sets its bits
+ * and moves its chunks to DIRTY inside the gate); a ZERO chunk's bits
+ * are cleared too (they are stale: x writes it whole), unlike the
+ * plain flusher's, which races with writers.
  */
 static void
-take_chunks (struct rb *rb, struct txn *x)
+take_chunks (struct rb *rb, struct txn *x, bool pend)
 {
   struct rb_txns *t = rb->txns;
   unsigned shift = rb->map.sect_per_chunk_shift;
@@ -700,7 +728,7 @@ take_chunks (struct rb *rb, struct txn *x)
           s += n;
         }
       }
-      if (r->kind == CS_DIRTY)
+      if (pend && r->kind == CS_DIRTY)
         bit_set (t->pending, c);
     }
   }
@@ -783,7 +811,20 @@ commit_one (struct rb *rb, uint64_t target)
   x->target = target;
 
   rb_rwlock_wrlock (&t->gate);
-  if (chunkmap_dirty (&rb->map) == 0) {
+  if (chunkmap_dirty (&rb->map) > 0) {
+    if (collect_all (rb, x) == -1)
+      goto nomem;
+    if (x->nruns == 0) {
+      /* Only DIRTY chunks without a sector bit set: they hold nothing
+       * new (collect_sectors), and a transaction without extents would
+       * read as the end of the journal: they just become CLEAN.
+       */
+      take_chunks (rb, x, false);
+      x->ncruns = 0;
+      x->chunks = 0;
+    }
+  }
+  if (x->nruns == 0) {
     rb_rwlock_unlock (&t->gate);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&t->dirty_since, 0);
@@ -803,8 +844,6 @@ commit_one (struct rb *rb, uint64_t target)
       txn_free (x);
     return 0;
   }
-  if (collect_all (rb, x) == -1)
-    goto nomem;
   x->jlen = rbj_txn_bytes (x->nruns, x->data_bytes);
   free_bytes = t->capacity - rb_atomic_load (&t->jused);
   if (x->jlen > free_bytes) {
@@ -818,7 +857,7 @@ commit_one (struct rb *rb, uint64_t target)
   }
   if (x->data_bytes && (x->buf = rbj_alloc (x->data_bytes)) == NULL)
     goto nomem;
-  take_chunks (rb, x);
+  take_chunks (rb, x, true);
   rb_atomic_add (&rb->inflight_chunks, x->chunks);
   rb_atomic_add (&t->jused, x->jlen);
   {
