@@ -18,7 +18,8 @@ modelf="$TMP/model.img"
 rm -f "$back"
 start_rb rb -- back="$back" size="$size" flush-rate=4M
 
-py - "$rb_uri" "$rb_ctl" "$modelf" "$rb_pid" <<'EOF'
+SANITIZER_PRELOAD="$SANITIZER_PRELOAD" \
+    py - "$rb_uri" "$rb_ctl" "$modelf" "$rb_pid" <<'EOF'
 import os, random, signal, sys, threading, time
 import nbd
 import model as M
@@ -57,18 +58,37 @@ def body ():
     h.shutdown ()
 
     # A second client keeps reading while the server stops.
+    # It has read once before the signal: a client still in its
+    # handshake when nbdkit 1.32 gets SIGTERM is neither served nor cut
+    # off, and both wait for each other.
+    # Under the sanitizers the reader leaves just before the signal:
+    # nbdkit cutting it off calls strerror (ESHUTDOWN) in its
+    # connection thread, and under ASan's strerror interceptor that
+    # leaves glibc's locale lock with a reader count of -1, so nbdkit's
+    # exit (libp11-kit's destructor, freelocale) waits for ever.  That is
+    # nbdkit's thread and glibc's lock, not this plugin; the plain build
+    # keeps the cut-off reader.
+    cut_off = not os.environ.get ("SANITIZER_PRELOAD")
     stop = threading.Event ()
+    reading = threading.Event ()
     def reader ():
         r = M.connect (uri)
         try:
             while not stop.is_set ():
                 off, n = M.rand_extent (rng, m.size, 65536, MiB)
                 r.pread (n, off)
+                reading.set ()
+            r.shutdown ()
         except nbd.Error:
             pass
     t = threading.Thread (target=reader)
     t.start ()
+    if not reading.wait (60):
+        M.fail ("the reader did not read within 60 s")
     t0 = time.monotonic ()
+    if not cut_off:
+        stop.set ()
+        t.join ()
     os.kill (int (pid), signal.SIGTERM)
     while True:
         try:
