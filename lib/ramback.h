@@ -217,6 +217,7 @@ struct rb_stats {
   uint64_t journal_used_bytes;  /* live transactions (not yet in place) */
   uint64_t journal_commits;   /* transactions committed */
   uint64_t journal_applied;   /* of them, written in place and retired */
+  uint64_t journal_data_bytes;  /* data bytes they hold */
   uint64_t journal_replayed;  /* transactions replayed at start */
   double commit_interval;     /* seconds */
   double last_commit_age;     /* seconds since the last commit, -1: none */

@@ -127,6 +127,7 @@ test_random (void)
 /* The sector bits: set and taken in pieces, within and across words;
  * a move ZERO -> DIRTY (or chunkmap_dirty_whole) sets all of a chunk's
  * bits; a map rebuilt with dirty chunks starts with all their bits set.
+ * chunkmap_sectors_set counts the bits set throughout.
  */
 static void
 test_sectors (void)
@@ -147,14 +148,18 @@ test_sectors (void)
 
     /* A run across a word boundary: sectors 60..69. */
     chunkmap_mark (&cm, 60, 10);
+    chunkmap_mark (&cm, 62, 4);           /* set already: not counted */
+    g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 10);
     g_assert_cmpuint (chunkmap_peek_bits (&cm, 56, 8), ==, 0xf0);
     g_assert_cmpuint (chunkmap_peek_bits (&cm, 64, 8), ==, 0x3f);
     g_assert_cmpuint (chunkmap_take_bits (&cm, 58, 4), ==, 0xc);
+    g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 8);
     g_assert_cmpuint (chunkmap_peek_bits (&cm, 56, 8), ==, 0xc0);
     g_assert_cmpuint (chunkmap_take_bits (&cm, 0, 64), ==,
                       UINT64_C (3) << 62);
     g_assert_cmpuint (chunkmap_take_bits (&cm, 64, 64), ==, 0x3f);
     g_assert_cmpuint (chunkmap_take_bits (&cm, 64, 64), ==, 0);
+    g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 0);
 
     /* ZERO -> DIRTY: every sector of the chunk; CLEAN -> DIRTY: none. */
     chunkmap_move (&cm, 7, 1, CS_BIT (CS_CLEAN), CS_ZERO, NULL);
@@ -174,6 +179,7 @@ test_sectors (void)
                       ==, 1);
     g_assert_cmpint (chunkmap_get (&cm, 9), ==, CS_DIRTY);
     g_assert_cmpuint (chunkmap_dirty (&cm), ==, 3);
+    g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, per);
     for (s = 0; s < 100 * per; s++) {
       uint64_t b = chunkmap_peek_bits (&cm, s, 1);
       g_assert_cmpuint (b, ==, s >= 9 * per && s < 10 * per ? 1 : 0);
@@ -188,6 +194,7 @@ test_sectors (void)
   chunkmap_free (&cm);
   g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
   g_assert_cmpint (chunkmap_init_sectors (&cm, 4), ==, 0);
+  g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 2 * 16);
   for (s = 0; s < 100 * 16; s++)
     g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
                       s >= 33 * 16 && s < 35 * 16 ? 1 : 0);

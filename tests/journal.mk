@@ -8,6 +8,7 @@ journal_tests = \
 	test-journal-cow.sh \
 	test-journal-resume.sh \
 	test-journal-writethrough.sh \
+	test-journal-amp.sh \
 	$(NULL)
 TESTS += $(journal_tests)
 # The same against the filter form (filter.mk's .sh.filter stubs): the

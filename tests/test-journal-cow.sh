@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Copy on write at a commit point, forced: a transaction holds X (chunk
-# 0) and Y (chunk 16); its capture streams into the journal, and the
-# journal (faultdisk) holds the write of X's data.  While it is held Y
-# is not captured yet, and the client overwrites Y and X.  Both
-# overwrites complete at once (writes never wait for a commit), and the
-# committed transaction must hold X and Y as they were at the commit
-# point: after a crash, recovery gives X and Y, never Y's overwrite.
+# 0, whole) and Y (4 KiB sectors of chunks 16 and 17: two extents in
+# chunk 16, and one that spans into chunk 17); its capture streams into
+# the journal, and the journal (faultdisk) holds the write of X's data.
+# While it is held Y is not captured yet, and the client overwrites
+# chunks 16 and 17 whole, and X.  The overwrites complete at once
+# (writes never wait for a commit), and the committed transaction must
+# hold X and Y as they were at the commit point: after a crash,
+# recovery gives X and Y, never an overwrite, not even in the sectors
+# of chunks 16 and 17 that the transaction does not hold.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -24,7 +27,14 @@ import model as M
 
 uri, ctl, fddir, tmp = sys.argv[1:]
 rng = random.Random (9)
-x, y, x2, y2 = (rng.randbytes (65536) for _ in range (4))
+x, x2 = (rng.randbytes (65536) for _ in range (2))
+y2 = rng.randbytes (131072)
+# Y: sectors 1, 5 and 15-16 of the 128 KiB at 1 MiB, zero elsewhere.
+y_parts = [(4096, rng.randbytes (4096)), (20480, rng.randbytes (4096)),
+           (61440, rng.randbytes (8192))]
+y = bytearray (131072)
+for off, d in y_parts:
+    y[off:off + len (d)] = d
 for name, d in (("X", x), ("Y", y)):
     open (tmp + "/" + name, "wb").write (d)
 
@@ -35,7 +45,8 @@ def body ():
     c = M.Control (ctl)
     h = M.connect (uri)
     h.pwrite (x, 0)
-    h.pwrite (y, 1 << 20)
+    for off, d in y_parts:
+        h.pwrite (d, (1 << 20) + off)
     cmd ("stall write nth=1")
     cookie = h.aio_flush ()
     deadline = time.monotonic () + 60
@@ -55,7 +66,7 @@ def body ():
     st = c.status ()
     if st["journal_commits"] != 1:
         M.fail ("expected one commit: %r" % st)
-    if h.pread (65536, 0) != x2 or h.pread (65536, 1 << 20) != y2:
+    if h.pread (65536, 0) != x2 or h.pread (131072, 1 << 20) != y2:
         M.fail ("RAM does not hold the overwrites")
 
 M.main (body)
@@ -69,6 +80,6 @@ truncate -s $(( 4 * 1024 * 1024 )) "$TMP/back.img"
 ramback recover "$TMP/back.img" "$TMP/j.img" | grep 'replayed 1 trans' ||
     fail "the transaction was not replayed"
 cmp -n 65536 "$TMP/back.img" "$TMP/X" || fail "X is not as at the commit point"
-cmp -n 65536 -i $(( 1 << 20 )):0 "$TMP/back.img" "$TMP/Y" ||
+cmp -n 131072 -i $(( 1 << 20 )):0 "$TMP/back.img" "$TMP/Y" ||
     fail "Y is not as at the commit point (the overwrite during the capture leaked in)"
 echo PASS

@@ -150,12 +150,17 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
     unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
     uint64_t m = bit_range (lo, k), *w = &cm->sect[s / 64];
 
-    /* Always the RMW, even if the bits look set already: a plain load
-     * could see bits a flusher is just taking, before this writer's
-     * data is visible to it (store-load reordering, see
-     * chunkmap_move).
+    uint64_t old = rb_atomic_load (w);
+
+    /* Always the RMW (the CAS succeeds once, even if the bits look set
+     * already): a plain load could see bits a flusher is just taking,
+     * before this writer's data is visible to it (store-load
+     * reordering, see chunkmap_move).
      */
-    rb_atomic_or (w, m);
+    while (!rb_atomic_cas (w, &old, old | m))
+      ;
+    if (m & ~old)
+      rb_atomic_add (&cm->sect_set, (uint64_t) rb_popcount64 (m & ~old));
     s += k;
   }
 }
@@ -168,10 +173,14 @@ chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
 
   rb_assert (lo + n <= 64);
   if (m == ~UINT64_C (0))
-    return rb_atomic_xchg (w, 0);
-  old = rb_atomic_load (w);
-  while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
-    ;
+    old = rb_atomic_xchg (w, 0);
+  else {
+    old = rb_atomic_load (w);
+    while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
+      ;
+  }
+  if (old & m)
+    rb_atomic_sub (&cm->sect_set, (uint64_t) rb_popcount64 (old & m));
   return (old & m) >> lo;
 }
 

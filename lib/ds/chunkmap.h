@@ -58,8 +58,10 @@
  * So the bits of a DIRTY chunk always cover every sector where RAM may
  * differ from the store; a DIRTY chunk with no bits (a write that raced
  * a flusher which already stored its data) just becomes CLEAN.  The
- * dirty counters and hints stay per chunk.  Without sector bits (the
- * kernel target, and journal=, which commits whole chunks), a DIRTY
+ * dirty counters and hints stay per chunk.  journal= (txn.c) takes the
+ * bits at its commit points instead, under its write gate held
+ * exclusively (no writer between its mark and its move), for DIRTY and
+ * ZERO chunks alike.  Without sector bits (the kernel target), a DIRTY
  * chunk is written back whole.
  */
 
@@ -90,6 +92,7 @@ struct chunkmap {
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
   bool words_external;           /* words belong to the caller */
   uint64_t *sect;                /* sector bits, NULL: none (see above) */
+  uint64_t sect_set;             /* sector bits set (atomic) */
   unsigned sect_per_chunk_shift; /* log2 (sectors per chunk) */
 };
 
@@ -177,6 +180,13 @@ static inline uint64_t
 chunkmap_dirty (const struct chunkmap *cm)
 {
   return rb_atomic_load (&cm->dirty);
+}
+
+/* Sector bits set now (a bound on the dirty sectors, chunkmap_mark). */
+static inline uint64_t
+chunkmap_sectors_set (const struct chunkmap *cm)
+{
+  return rb_atomic_load (&cm->sect_set);
 }
 
 static inline uint64_t

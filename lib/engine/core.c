@@ -164,12 +164,11 @@ rb_open (const struct rb_config *config)
     rb_resume_map (rb);
     rb_check_populated (rb);
   }
-  /* Sector bits: write-back of what was written, not whole chunks.
-   * The journal commits whole chunks, so it has none.
+  /* Sector bits: write-back (or a journal's transactions) of what was
+   * written, not whole chunks.
    */
   rb->sector_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
-  if (!rb->cfg.journal &&
-      chunkmap_init_sectors (&rb->map,
+  if (chunkmap_init_sectors (&rb->map,
                              rb->chunk_shift - rb->sector_shift) == -1) {
     rb_set_error (errno, "cannot allocate the sector map for %" PRIu64
                   " chunks", rb->nchunks);

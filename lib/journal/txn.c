@@ -17,16 +17,25 @@
  * its start and its end, so "written before T" and "written after T"
  * is a clean cut.  Under the gate, every DIRTY and ZERO chunk becomes
  * part of transaction N: it moves to CLEAN (so a later write re-dirties
- * it for N+1), and a DIRTY chunk gets its bit in 'pending' ("RAM still
- * holds N's content, not captured yet").  The gate is released at once:
- * the pause is O(dirty chunks) bit operations, not a copy of the data.
+ * it for N+1), its sector bits (chunkmap.h) are taken, and a DIRTY
+ * chunk gets its bit in 'pending' ("RAM still holds N's content, not
+ * captured yet").  N's extents are the dirty sectors of its DIRTY
+ * chunks, runs of them in a row merged (across chunks too), and its
+ * ZERO chunks whole: a 4 KiB random write costs 4 KiB of journal, not
+ * a chunk.  The sectors not taken equal what the backing store plus
+ * the journal already hold (the sector-bit rules, with the journal's
+ * transactions in the store's place), so N holds every byte that
+ * changed.  The gate is released at once: the pause is O(dirty
+ * chunks) bit operations, not a copy of the data.
  *
  * Capture (copy on write).  The committer then copies the pending
- * chunks from RAM into N's buffer, a batch at a time under cap_lock,
- * clearing their bits.  An application write that touches a chunk
- * whose bit is still set copies the chunk into N's buffer first (under
- * cap_lock), clears the bit, and only then changes RAM: N's buffer ends
- * up holding every chunk exactly as it was at T.
+ * chunks' extents from RAM into N's buffer, a batch of chunks at a time
+ * under cap_lock, clearing their bits.  An application write that
+ * touches a chunk whose bit is still set copies N's extents in that
+ * chunk (all of them: a chunk may hold several, and an extent span
+ * several chunks) into N's buffer first (under cap_lock), clears the
+ * bit, and only then changes RAM: N's buffer ends up holding every
+ * sector exactly as it was at T.
  *
  * Commit.  N's extents (data runs from the buffer, zero runs as a
  * length only) are appended to the journal with CRC-32C, then a commit
@@ -48,11 +57,12 @@
  * space or for the in-place writes, so that an fsync-heavy load costs
  * the backing store a few passes and syncs a second, not one per
  * FLUSH.  When the backing store lags, the applier takes every committed
- * transaction queued at once and writes each chunk only in its newest
- * version: replay after a crash in the middle writes the older ones
- * and then the newer ones again, so the merge is invisible.  Those
- * writes come from the transactions' buffers, never from RAM (RAM may
- * already hold N+1), so the memory this costs is bounded by the
+ * transaction queued at once and writes each sector only in its newest
+ * version ('seen' is per sector: two transactions may hold different
+ * sectors of one chunk): replay after a crash in the middle writes the
+ * older ones and then the newer ones again, so the merge is invisible.
+ * Those writes come from the transactions' buffers, never from RAM (RAM
+ * may already hold N+1), so the memory this costs is bounded by the
  * journal's size.
  *
  * Bounds.  A transaction must fit in the journal.  (A commit point made
@@ -62,8 +72,9 @@
  * fewer rewrites of a chunk per transaction and the journal took a
  * third of the writes it takes without it: not done.)  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
- * (chunk size + an extent entry each) and wait while the live
- * transactions, the dirty chunks, the reservations and their own would
+ * (per_chunk each: about a chunk) and wait while the live
+ * transactions, the dirty data (dirty_est: by the sector bits set, at
+ * most a chunk per dirty chunk), the reservations and their own would
  * exceed the journal; a single write larger than the whole journal
  * fails with a message that says so.  dirty-max= and ups-window= apply
  * as before (rb_throttle).
@@ -95,6 +106,9 @@
  *   pending    [atomic] set only under the gate held exclusively,
  *              cleared only under cap_lock after the chunk was copied.
  *   capturing  [cap_lock] the transaction whose chunks are pending.
+ *   sector bits (chunkmap.h)  taken (cleared) only under the gate held
+ *              exclusively (take_chunks); writers set them under the
+ *              gate held shared, before they move their chunks.
  *   queue, commit_now, applied_target, apply_failed  [rb->lock]
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
@@ -122,10 +136,19 @@
 #define APPLY_BATCH 64
 #define APPLY_DELAY_NS (50 * UINT64_C (1000000))
 
+/* An extent of a transaction: bytes of the device, in offset order. */
 struct txn_run {
-  uint64_t first, n;
+  uint64_t off, len;
   enum chunk_state kind;        /* CS_DIRTY (data) or CS_ZERO */
   uint64_t buf_off;             /* CS_DIRTY: where its data is in buf */
+};
+
+/* The chunks a transaction took at its commit point (runs of one
+ * state): what moved to CLEAN, what NB retires.
+ */
+struct txn_chunks {
+  uint64_t first, n;
+  enum chunk_state kind;
 };
 
 struct txn {
@@ -133,6 +156,8 @@ struct txn {
   uint64_t target;              /* sync tickets it answers */
   struct txn_run *runs;
   size_t nruns, cap;
+  struct txn_chunks *cruns;
+  size_t ncruns, ccap;
   uint8_t *buf;
   uint64_t data_bytes, chunks;
   uint64_t seq, jstart, jlen;   /* where it is in the journal */
@@ -144,7 +169,9 @@ struct rb_txns {
   struct rbj_replay replay;
   uint64_t capacity;
   uint64_t interval_ns;
-  uint64_t per_chunk;           /* journal bytes a dirty chunk may take */
+  uint64_t per_chunk;           /* journal bytes a dirty chunk may add
+                                   to dirty_est, at most */
+  unsigned unit_shift;          /* log2 of the sector: the unit of 'seen' */
 
   rb_rwlock gate;
   rb_mutex cap_lock;
@@ -171,10 +198,11 @@ struct rb_txns {
   uint64_t reserved, jused;     /* [atomic] */
   uint64_t admit_waiters;       /* [atomic] */
   uint64_t commits, applied;    /* [atomic] */
+  uint64_t data_bytes;          /* [atomic] data appended, committed */
   uint64_t last_commit_ns;      /* [atomic] monotonic */
   uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
 
-  uint64_t *seen;               /* [applier] */
+  uint64_t *seen;               /* [applier] per sector */
 };
 
 static bool
@@ -209,6 +237,7 @@ txn_free (struct txn *t)
 {
   if (t) {
     free (t->runs);
+    free (t->cruns);
     free (t->buf);
     free (t);
   }
@@ -217,6 +246,7 @@ txn_free (struct txn *t)
 /* ---- open, close ---- */
 
 static const struct rb_journal_ops journal_ops;
+static uint64_t dirty_est (struct rb *rb);
 
 int
 rb_txn_open (struct rb *rb)
@@ -241,9 +271,18 @@ rb_txn_open (struct rb *rb)
   t->interval_ns = (rb->cfg.commit_interval_ms
                     ? rb->cfg.commit_interval_ms : RB_DEFAULT_COMMIT_INTERVAL_MS)
     * UINT64_C (1000000);
-  t->per_chunk = rb->chunk_size + RBJ_EXTENT_BYTES;
+  t->unit_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
+  /* At least what a chunk adds to either bound of dirty_est (a chunk
+   * and an extent; a sector and an extent per sector, and an extent),
+   * so that what a writer reserves covers what its chunks add to it.
+   */
+  t->per_chunk = RB_MAX ((uint64_t) rb->chunk_size + RBJ_EXTENT_BYTES,
+                         (((uint64_t) rb->chunk_size >> t->unit_shift) *
+                          ((UINT64_C (1) << t->unit_shift) +
+                           RBJ_EXTENT_BYTES)) + RBJ_EXTENT_BYTES);
   t->pending = calloc (words, sizeof (uint64_t));
-  t->seen = calloc (words, sizeof (uint64_t));
+  t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
+                     + 63) / 64, sizeof (uint64_t));
   if (t->pending == NULL || t->seen == NULL) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
@@ -303,7 +342,7 @@ int
 rb_txn_check_fit (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
-  uint64_t need = chunkmap_dirty (&rb->map) * t->per_chunk + RBJ_TXN_FIXED;
+  uint64_t need = dirty_est (rb) + RBJ_TXN_FIXED;
 
   if (chunkmap_dirty (&rb->map) > 0 && need > t->capacity) {
     rb_set_error (ENOSPC, "the RAM image holds %" PRIu64 " dirty chunks "
@@ -343,13 +382,32 @@ rb_txn_close (struct rb *rb, bool clean)
 
 /* ---- the write path ---- */
 
+/* The most journal the next commit point can take (without its fixed
+ * cost): a chunk and an extent per dirty chunk, or, with sector bits,
+ * a sector and an extent per bit set (every data extent holds at least
+ * one) plus an extent per dirty chunk (the zero extents), whichever is
+ * less.
+ */
+static uint64_t
+dirty_est (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t dirty = chunkmap_dirty (&rb->map), est = dirty * t->per_chunk;
+
+  if (rb->map.sect)
+    est = RB_MIN (est, chunkmap_sectors_set (&rb->map) *
+                  ((UINT64_C (1) << t->unit_shift) + RBJ_EXTENT_BYTES) +
+                  dirty * RBJ_EXTENT_BYTES);
+  return est;
+}
+
 static uint64_t
 pending_est (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
 
-  return rb_atomic_load (&t->jused) +
-    chunkmap_dirty (&rb->map) * t->per_chunk + rb_atomic_load (&t->reserved);
+  return rb_atomic_load (&t->jused) + dirty_est (rb) +
+    rb_atomic_load (&t->reserved);
 }
 
 /* Writers wait for space: commit now, and put in place now. */
@@ -368,6 +426,32 @@ rb_txn_hurry (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   hurry_locked (rb);
+}
+
+/* Copy the data of x that lies in chunk c from RAM into x's buffer
+ * (a run may cover several chunks, and a chunk hold several runs).
+ * cap_lock held, c pending.
+ */
+static void
+copy_chunk (struct rb *rb, struct txn *x, uint64_t c)
+{
+  uint64_t cs = chunk_offset (rb, c), ce = cs + chunks_bytes (rb, c, 1);
+  size_t lo = 0, hi = x->nruns;
+
+  while (hi - lo > 1) {         /* the last run starting at or before cs */
+    size_t mid = (lo + hi) / 2;
+    if (x->runs[mid].off <= cs)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  for (; lo < x->nruns && x->runs[lo].off < ce; lo++) {
+    const struct txn_run *r = &x->runs[lo];
+    uint64_t a = RB_MAX (r->off, cs), b = RB_MIN (r->off + r->len, ce);
+
+    if (r->kind == CS_DIRTY && a < b)
+      memcpy (x->buf + r->buf_off + (a - r->off), rb->ram.base + a, b - a);
+  }
 }
 
 static int
@@ -410,19 +494,7 @@ rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
       continue;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
     if (bit_test (t->pending, c)) {
-      struct txn *x = t->capturing;
-      size_t lo = 0, hi = x->nruns;
-
-      while (hi - lo > 1) {     /* the run holding c */
-        size_t mid = (lo + hi) / 2;
-        if (x->runs[mid].first <= c)
-          lo = mid;
-        else
-          hi = mid;
-      }
-      memcpy (x->buf + x->runs[lo].buf_off +
-              ((c - x->runs[lo].first) << rb->chunk_shift),
-              rb->ram.base + chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+      copy_chunk (rb, t->capturing, c);
       bit_clear (t->pending, c);
     }
   }
@@ -492,7 +564,7 @@ rb_txn_wait_applied (struct rb *rb)
 /* ---- commit points (the committer) ---- */
 
 static int
-add_run (struct txn *x, uint64_t first, uint64_t n, enum chunk_state kind)
+add_run (struct txn *x, uint64_t off, uint64_t len, enum chunk_state kind)
 {
   if (x->nruns == x->cap) {
     size_t cap = x->cap ? x->cap * 2 : 16;
@@ -502,15 +574,91 @@ add_run (struct txn *x, uint64_t first, uint64_t n, enum chunk_state kind)
     x->runs = v;
     x->cap = cap;
   }
-  x->runs[x->nruns++] = (struct txn_run) { first, n, kind, 0 };
+  x->runs[x->nruns++] = (struct txn_run) { off, len, kind, 0 };
   return 0;
 }
 
-/* Every dirty chunk, as runs of one kind.  Gate held exclusively. */
+static int
+add_chunks (struct txn *x, uint64_t first, uint64_t n, enum chunk_state kind)
+{
+  if (x->ncruns == x->ccap) {
+    size_t cap = x->ccap ? x->ccap * 2 : 16;
+    struct txn_chunks *v = realloc (x->cruns, cap * sizeof *v);
+    if (v == NULL)
+      return -1;
+    x->cruns = v;
+    x->ccap = cap;
+  }
+  x->cruns[x->ncruns++] = (struct txn_chunks) { first, n, kind };
+  x->chunks += n;
+  return 0;
+}
+
+/* Add the data bytes [off, off+len) (clipped to the device): to the
+ * last run if they follow it and it has room, else as a new run.
+ */
+static int
+add_data (struct rb *rb, struct txn *x, uint64_t off, uint64_t len)
+{
+  struct txn_run *last = x->nruns ? &x->runs[x->nruns - 1] : NULL;
+
+  if (off >= rb->size)
+    return 0;
+  len = RB_MIN (len, rb->size - off);
+  if (last && last->kind == CS_DIRTY && last->off + last->len == off &&
+      last->len + len <= RB_MAX_STORE_IO)
+    last->len += len;
+  else {
+    if (add_run (x, off, len, CS_DIRTY) == -1)
+      return -1;
+    x->runs[x->nruns - 1].buf_off = x->data_bytes;
+  }
+  x->data_bytes += len;
+  return 0;
+}
+
+/* The data runs of DIRTY chunk c: its dirty sectors (chunkmap.h), in
+ * runs, coalesced with the chunks before it; the whole chunk without
+ * sector bits.  A DIRTY chunk with no bit set holds nothing the store
+ * lacks (chunkmap.h) and adds no data (dirty_est counts on that).  The
+ * bits are only read here (the gate is held exclusively, so no writer
+ * changes them): take_chunks clears them once the transaction is sure
+ * to go ahead.
+ */
+static int
+collect_sectors (struct rb *rb, struct txn *x, uint64_t c)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift, us = rb->txns->unit_shift;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  if (rb->map.sect == NULL)
+    return add_data (rb, x, chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+  while (s < end) {
+    unsigned n = RB_MIN (end - s, 64 - s % 64);
+    uint64_t b = chunkmap_peek_bits (&rb->map, s, n);
+
+    while (b) {
+      unsigned lo = rb_ctz64 (b), len;
+      uint64_t v = b >> lo;
+
+      len = v == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~v);
+      if (add_data (rb, x, (s + lo) << us, (uint64_t) len << us) == -1)
+        return -1;
+      b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
+    }
+    s += n;
+  }
+  return 0;
+}
+
+/* Every dirty chunk: the runs of chunks (x->cruns), and the extents to
+ * journal (x->runs): the dirty sectors of DIRTY chunks, ZERO chunks
+ * whole.  Gate held exclusively.
+ */
 static int
 collect_all (struct rb *rb, struct txn *x)
 {
-  uint64_t c = 0;
+  uint64_t c = 0, i;
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
                             UINT64_C (1));
 
@@ -531,20 +679,64 @@ collect_all (struct rb *rb, struct txn *x)
       c++;
       continue;
     }
-    if (add_run (x, c, n, st) == -1)
+    if (add_chunks (x, c, n, st) == -1)
       return -1;
-    if (st == CS_DIRTY) {
-      x->runs[x->nruns - 1].buf_off = x->data_bytes;
-      x->data_bytes += chunks_bytes (rb, c, n);
+    if (st == CS_ZERO) {
+      if (add_run (x, chunk_offset (rb, c), chunks_bytes (rb, c, n),
+                   CS_ZERO) == -1)
+        return -1;
     }
-    x->chunks += n;
+    else
+      for (i = 0; i < n; i++)
+        if (collect_sectors (rb, x, c + i) == -1)
+          return -1;
     c += n;
   }
   return 0;
 }
 
-/* Copy the pending chunks of run i of x from RAM, a batch at a time
- * (a writer waits for cap_lock no longer than one batch).
+/* The commit point proper, for the collected chunks: each moves to
+ * CLEAN (NB set first with resume), its sector bits are cleared, and,
+ * with 'pend' (the transaction goes ahead), a DIRTY one becomes
+ * pending.  The gate held exclusively keeps writers out, so no bit set
+ * by a write that is not in x is cleared here (a writer sets its bits
+ * and moves its chunks to DIRTY inside the gate); a ZERO chunk's bits
+ * are cleared too (they are stale: x writes it whole), unlike the
+ * plain flusher's, which races with writers.
+ */
+static void
+take_chunks (struct rb *rb, struct txn *x, bool pend)
+{
+  struct rb_txns *t = rb->txns;
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  size_t i;
+
+  for (i = 0; i < x->ncruns; i++) {
+    const struct txn_chunks *r = &x->cruns[i];
+    uint64_t c;
+
+    if (rb->nb)
+      rb_nb_set (rb, r->first, r->n);
+    chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
+                   NULL);
+    for (c = r->first; c < r->first + r->n; c++) {
+      if (rb->map.sect) {
+        uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+        while (s < end) {
+          unsigned n = RB_MIN (end - s, 64 - s % 64);
+          chunkmap_take_bits (&rb->map, s, n);
+          s += n;
+        }
+      }
+      if (pend && r->kind == CS_DIRTY)
+        bit_set (t->pending, c);
+    }
+  }
+}
+
+/* Copy the pending chunks of run i of x from RAM (all of x's data in
+ * each, copy_chunk), a batch at a time (a writer waits for cap_lock no
+ * longer than one batch).
  */
 static void
 capture_run (struct rb *rb, struct txn *x, size_t i)
@@ -553,17 +745,18 @@ capture_run (struct rb *rb, struct txn *x, size_t i)
   uint64_t batch = RB_MAX (CAPTURE_BATCH_BYTES >> rb->chunk_shift,
                            UINT64_C (1));
   struct txn_run *r = &x->runs[i];
-  uint64_t c = r->first, end = r->first + r->n;
+  uint64_t c, end;
 
   if (r->kind != CS_DIRTY)
     return;
+  c = chunk_of (rb, r->off);
+  end = chunk_of (rb, r->off + r->len - 1) + 1;
   while (c < end) {
     uint64_t stop = RB_MIN (end, c + batch);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
     for (; c < stop; c++)
       if (bit_test (t->pending, c)) {
-        memcpy (x->buf + r->buf_off + ((c - r->first) << rb->chunk_shift),
-                rb->ram.base + chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+        copy_chunk (rb, x, c);
         bit_clear (t->pending, c);
       }
   }
@@ -590,8 +783,7 @@ uncommit (struct rb *rb, struct txn *x)
   size_t i;
 
   for (i = 0; i < x->nruns; i++)
-    rb_redirty (rb, chunk_offset (rb, x->runs[i].first),
-                chunks_bytes (rb, x->runs[i].first, x->runs[i].n));
+    rb_redirty (rb, x->runs[i].off, x->runs[i].len);
   rb_atomic_sub (&rb->inflight_chunks, x->chunks);
   rb_atomic_sub (&rb->txns->jused, x->jlen);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -619,7 +811,20 @@ commit_one (struct rb *rb, uint64_t target)
   x->target = target;
 
   rb_rwlock_wrlock (&t->gate);
-  if (chunkmap_dirty (&rb->map) == 0) {
+  if (chunkmap_dirty (&rb->map) > 0) {
+    if (collect_all (rb, x) == -1)
+      goto nomem;
+    if (x->nruns == 0) {
+      /* Only DIRTY chunks without a sector bit set: they hold nothing
+       * new (collect_sectors), and a transaction without extents would
+       * read as the end of the journal: they just become CLEAN.
+       */
+      take_chunks (rb, x, false);
+      x->ncruns = 0;
+      x->chunks = 0;
+    }
+  }
+  if (x->nruns == 0) {
     rb_rwlock_unlock (&t->gate);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&t->dirty_since, 0);
@@ -639,8 +844,6 @@ commit_one (struct rb *rb, uint64_t target)
       txn_free (x);
     return 0;
   }
-  if (collect_all (rb, x) == -1)
-    goto nomem;
   x->jlen = rbj_txn_bytes (x->nruns, x->data_bytes);
   free_bytes = t->capacity - rb_atomic_load (&t->jused);
   if (x->jlen > free_bytes) {
@@ -654,18 +857,7 @@ commit_one (struct rb *rb, uint64_t target)
   }
   if (x->data_bytes && (x->buf = rbj_alloc (x->data_bytes)) == NULL)
     goto nomem;
-  for (i = 0; i < x->nruns; i++) {
-    struct txn_run *r = &x->runs[i];
-    uint64_t c;
-
-    if (rb->nb)
-      rb_nb_set (rb, r->first, r->n);
-    chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
-                   NULL);
-    if (r->kind == CS_DIRTY)
-      for (c = r->first; c < r->first + r->n; c++)
-        bit_set (t->pending, c);
-  }
+  take_chunks (rb, x, true);
   rb_atomic_add (&rb->inflight_chunks, x->chunks);
   rb_atomic_add (&t->jused, x->jlen);
   {
@@ -689,8 +881,8 @@ commit_one (struct rb *rb, uint64_t target)
   for (i = 0; i < x->nruns; i++) {
     struct txn_run *r = &x->runs[i];
     ext[i] = (struct rbj_extent) {
-      .offset = chunk_offset (rb, r->first),
-      .length = chunks_bytes (rb, r->first, r->n),
+      .offset = r->off,
+      .length = r->len,
       .kind = r->kind == CS_DIRTY ? RBJ_DATA : RBJ_ZERO,
       .data = r->kind == CS_DIRTY ? x->buf + r->buf_off : NULL,
     };
@@ -741,6 +933,7 @@ commit_one (struct rb *rb, uint64_t target)
  committed:
   free (ext);
   rb_atomic_add (&t->commits, 1);
+  rb_atomic_add (&t->data_bytes, x->data_bytes);
   rb_atomic_store (&t->last_commit_ns, rb_now_ns ());
   rb_atomic_store (&t->last_commit_wall, wall_ns ());
 
@@ -749,14 +942,14 @@ commit_one (struct rb *rb, uint64_t target)
    */
   if (rb->nb) {
     struct rb_extents ex = { 0 };
-    ex.v = malloc (x->nruns * sizeof *ex.v);
+    ex.v = malloc (x->ncruns * sizeof *ex.v);
     if (ex.v) {
-      for (i = 0; i < x->nruns; i++)
+      for (i = 0; i < x->ncruns; i++)
         ex.v[i] = (struct rb_extent) {
-          chunk_offset (rb, x->runs[i].first),
-          chunks_bytes (rb, x->runs[i].first, x->runs[i].n)
+          chunk_offset (rb, x->cruns[i].first),
+          chunks_bytes (rb, x->cruns[i].first, x->cruns[i].n)
         };
-      ex.len = x->nruns;
+      ex.len = x->ncruns;
       rb_nb_retire (rb, &ex);
       free (ex.v);
     }
@@ -887,7 +1080,7 @@ cmp_io (const void *a, const void *b)
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* The I/O that puts the newest version of every chunk of the list
+/* The I/O that puts the newest version of every sector of the list
  * (oldest first) in place.  Returns the number of requests in *ios.
  */
 static size_t
@@ -902,7 +1095,10 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
     return SIZE_MAX;
   for (x = list; x; x = x->next)
     nt++;
-  /* Newest first: a chunk is written from the newest that has it. */
+  /* Newest first: a sector is written from the newest that has it
+   * (per sector, not per chunk: two transactions may hold different
+   * sectors of one chunk).
+   */
   {
     struct txn **order = nt <= 256 ? v : malloc (nt * sizeof *order);
     if (order == NULL) {
@@ -915,17 +1111,21 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
       x = order[i];
       for (r = 0; r < x->nruns; r++) {
         struct txn_run *run = &x->runs[r];
-        uint64_t c = run->first, end = run->first + run->n;
+        unsigned us = t->unit_shift;
+        uint64_t u = run->off >> us;
+        uint64_t end = (run->off + run->len - 1) / (UINT64_C (1) << us) + 1;
 
-        while (c < end) {
-          uint64_t s;
-          if (nt > 1 && bit_test (t->seen, c)) {
-            c++;
+        while (u < end) {
+          uint64_t s, from, to;
+          if (nt > 1 && bit_test (t->seen, u)) {
+            u++;
             continue;
           }
-          for (s = c; c < end && !(nt > 1 && bit_test (t->seen, c)); c++)
+          for (s = u; u < end && !(nt > 1 && bit_test (t->seen, u)); u++)
             if (nt > 1)
-              bit_set (t->seen, c);
+              bit_set (t->seen, u);
+          from = RB_MAX (s << us, run->off);
+          to = RB_MIN (u << us, run->off + run->len);
           if (k == cap) {
             struct rb_io *n2 = realloc (io, cap * 2 * sizeof *io);
             if (n2 == NULL) {
@@ -940,10 +1140,9 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
           io[k++] = (struct rb_io) {
             .op = run->kind == CS_DIRTY ? RB_IO_WRITE : RB_IO_ZERO,
             .buf = run->kind == CS_DIRTY
-              ? x->buf + run->buf_off + ((s - run->first) << rb->chunk_shift)
-              : NULL,
-            .count = chunks_bytes (rb, s, c - s),
-            .offset = chunk_offset (rb, s),
+              ? x->buf + run->buf_off + (from - run->off) : NULL,
+            .count = to - from,
+            .offset = from,
           };
         }
       }
@@ -953,10 +1152,10 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
   }
   if (nt > 1)
     for (i = 0; i < k; i++) {
-      uint64_t c0 = chunk_of (rb, io[i].offset);
-      uint64_t c1 = chunk_of (rb, io[i].offset + io[i].count - 1), c;
-      for (c = c0; c <= c1; c++)
-        bit_clear (t->seen, c);
+      uint64_t u0 = io[i].offset >> t->unit_shift;
+      uint64_t u1 = (io[i].offset + io[i].count - 1) >> t->unit_shift, u;
+      for (u = u0; u <= u1; u++)
+        bit_clear (t->seen, u);
     }
   qsort (io, k, sizeof *io, cmp_io);
   *ios = io;
@@ -1203,6 +1402,7 @@ rb_txn_stats (struct rb *rb, struct rb_stats *st)
   st->journal_used_bytes = rb_atomic_load (&t->jused);
   st->journal_commits = rb_atomic_load (&t->commits);
   st->journal_applied = rb_atomic_load (&t->applied);
+  st->journal_data_bytes = rb_atomic_load (&t->data_bytes);
   st->journal_replayed = t->replay.txns;
   st->commit_interval = t->interval_ns / 1e9;
   last = rb_atomic_load (&t->last_commit_ns);
