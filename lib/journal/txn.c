@@ -563,17 +563,32 @@ rb_txn_wait_applied (struct rb *rb)
 
 /* ---- commit points (the committer) ---- */
 
+/* Room for one more element in the array V of N elements of SIZE
+ * bytes, allocated for *CAP: doubles it when full.  Returns the array
+ * (moved, perhaps), or NULL when out of memory (V is left as it was).
+ */
+static void *
+grow (void *v, size_t *cap, size_t n, size_t size)
+{
+  if (n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    void *nv = realloc (v, c * size);
+    if (nv == NULL)
+      return NULL;
+    *cap = c;
+    return nv;
+  }
+  return v;
+}
+
 static int
 add_run (struct txn *x, uint64_t off, uint64_t len, enum chunk_state kind)
 {
-  if (x->nruns == x->cap) {
-    size_t cap = x->cap ? x->cap * 2 : 16;
-    struct txn_run *v = realloc (x->runs, cap * sizeof *v);
-    if (v == NULL)
-      return -1;
-    x->runs = v;
-    x->cap = cap;
-  }
+  struct txn_run *v = grow (x->runs, &x->cap, x->nruns, sizeof *v);
+
+  if (v == NULL)
+    return -1;
+  x->runs = v;
   x->runs[x->nruns++] = (struct txn_run) { off, len, kind, 0 };
   return 0;
 }
@@ -581,14 +596,11 @@ add_run (struct txn *x, uint64_t off, uint64_t len, enum chunk_state kind)
 static int
 add_chunks (struct txn *x, uint64_t first, uint64_t n, enum chunk_state kind)
 {
-  if (x->ncruns == x->ccap) {
-    size_t cap = x->ccap ? x->ccap * 2 : 16;
-    struct txn_chunks *v = realloc (x->cruns, cap * sizeof *v);
-    if (v == NULL)
-      return -1;
-    x->cruns = v;
-    x->ccap = cap;
-  }
+  struct txn_chunks *v = grow (x->cruns, &x->ccap, x->ncruns, sizeof *v);
+
+  if (v == NULL)
+    return -1;
+  x->cruns = v;
   x->cruns[x->ncruns++] = (struct txn_chunks) { first, n, kind };
   x->chunks += n;
   return 0;
