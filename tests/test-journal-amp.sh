@@ -33,10 +33,7 @@ amp () {
     s0=$(status_field "$rb_ctl" stored_bytes)
     w0=$(status_field "$rb_ctl" written_bytes)
     j0=$(status_field "$rb_ctl" journal_data_bytes)
-    fio --name="$name" --ioengine=nbd --uri="$rb_uri" --iodepth=8 \
-        --rw=randwrite --bs=4k --size="$size" --number_ios=2048 \
-        --fsync=256 --randseed=4321 "$@" --output="$TMP/fio.out" ||
-        { cat "$TMP/fio.out" >&2; fail "fio $name"; }
+    randwrite_4k "$name" "$rb_uri" "$size" --fsync=256 "$@"
     ctl "$rb_ctl" sync >/dev/null
     s1=$(status_field "$rb_ctl" stored_bytes)
     w1=$(status_field "$rb_ctl" written_bytes)
