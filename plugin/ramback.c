@@ -55,7 +55,7 @@ ramback_config (const char *key, const char *value)
 static int
 ramback_config_complete (void)
 {
-  return ramback_config_check ();
+  return ramback_config_check (RB_CHECK_URI_STORE);
 }
 
 static int
