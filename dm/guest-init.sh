@@ -14,6 +14,11 @@
 # duration.  A kernel oops or warning panics the kernel
 # (oops=panic panic_on_warn=1) and QEMU exits with no RESULT line, which
 # the host counts as a failure.
+#
+# Why one file of over 700 lines: it is one boot's whole test run, phases
+# in order over the same device chain (each scratch-disk phase on a region
+# of its own), checked against one model of the host's; the helpers it
+# shares with the other guests are in /guest/console.sh.
 
 . /guest/console.sh
 guest_start
