@@ -46,9 +46,8 @@ in_range (const char *key, int64_t v, int64_t min, int64_t max)
 {
   if (v >= min && v <= max)
     return 0;
-  invalid ("%s=%" PRId64 ": expected a whole number from %"
-                PRId64 " to %" PRId64, key, v, min, max);
-  return -1;
+  return invalid ("%s=%" PRId64 ": expected a whole number from %"
+                  PRId64 " to %" PRId64, key, v, min, max);
 }
 
 /* Each value on its own; 0 stands for "not given" where the field says so. */
@@ -59,31 +58,23 @@ check_values (const struct rb_config *c)
 
   if (c->chunk_size &&
       (!rb_is_power_of_2 (c->chunk_size) || c->chunk_size < RB_MIN_CHUNK_SIZE ||
-       c->chunk_size > RB_MAX_CHUNK_SIZE)) {
-    invalid ("chunk=%" PRIu32 ": the chunk size must be a "
-                  "power of two from %d to %d bytes (e.g. chunk=64K)",
-                  c->chunk_size, RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
-    return -1;
-  }
-  if (c->mode != RB_MODE_WRITEBACK && c->mode != RB_MODE_WRITETHROUGH) {
-    invalid ("mode: must be writeback or writethrough");
-    return -1;
-  }
+       c->chunk_size > RB_MAX_CHUNK_SIZE))
+    return invalid ("chunk=%" PRIu32 ": the chunk size must be a "
+                    "power of two from %d to %d bytes (e.g. chunk=64K)",
+                    c->chunk_size, RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
+  if (c->mode != RB_MODE_WRITEBACK && c->mode != RB_MODE_WRITETHROUGH)
+    return invalid ("mode: must be writeback or writethrough");
   if (c->resume != RB_RESUME_AUTO && c->resume != RB_RESUME_DISCARD &&
-      c->resume != RB_RESUME_FORCE) {
-    invalid ("resume: must be auto, discard or force");
-    return -1;
-  }
+      c->resume != RB_RESUME_FORCE)
+    return invalid ("resume: must be auto, discard or force");
   if (c->commit_interval_ms &&
       (c->commit_interval_ms < RB_MIN_COMMIT_INTERVAL_MS ||
-       c->commit_interval_ms > RB_MAX_COMMIT_INTERVAL_MS)) {
-    invalid ("commit-interval=%g: expected seconds from %g to "
-                  "%g (e.g. commit-interval=5 or 0.5)",
-                  c->commit_interval_ms / 1000.0,
-                  RB_MIN_COMMIT_INTERVAL_MS / 1000.0,
-                  RB_MAX_COMMIT_INTERVAL_MS / 1000.0);
-    return -1;
-  }
+       c->commit_interval_ms > RB_MAX_COMMIT_INTERVAL_MS))
+    return invalid ("commit-interval=%g: expected seconds from %g to "
+                    "%g (e.g. commit-interval=5 or 0.5)",
+                    c->commit_interval_ms / 1000.0,
+                    RB_MIN_COMMIT_INTERVAL_MS / 1000.0,
+                    RB_MAX_COMMIT_INTERVAL_MS / 1000.0);
   if ((c->ups_window &&
        in_range ("ups-window", c->ups_window, 1, RB_MAX_UPS_WINDOW) == -1) ||
       in_range ("flush-delay", c->flush_delay, 0, RB_MAX_FLUSH_DELAY) == -1 ||
@@ -107,16 +98,12 @@ check_uri_store (const struct rb_config *c)
   const struct rb_store_params *s = &c->store;
   const char *nbd_only;
 
-  if (s->uri == NULL) {
-    invalid ("the back= parameter is required: the backing "
-                  "file, block device or nbd:// URI that holds the data");
-    return -1;
-  }
-  if (c->size && strstr (s->uri, "://")) {
-    invalid ("size= only applies to a backing file (an NBD "
-                  "export has its own size)");
-    return -1;
-  }
+  if (s->uri == NULL)
+    return invalid ("the back= parameter is required: the backing "
+                    "file, block device or nbd:// URI that holds the data");
+  if (c->size && strstr (s->uri, "://"))
+    return invalid ("size= only applies to a backing file (an NBD "
+                    "export has its own size)");
   if (rb_store_is_nbd_uri (s->uri))
     return 0;
   nbd_only =
@@ -127,12 +114,10 @@ check_uri_store (const struct rb_config *c)
     s->connections ? "connections" :
     s->max_inflight ? "inflight" :
     s->request_timeout ? "request-timeout" : NULL;
-  if (nbd_only) {
-    invalid ("%s= only applies to an NBD backing store "
-                  "(back=nbd://, nbds://, nbd+unix://...), and back=%s is a "
-                  "file or device: remove %s=", nbd_only, s->uri, nbd_only);
-    return -1;
-  }
+  if (nbd_only)
+    return invalid ("%s= only applies to an NBD backing store (back=nbd://, "
+                    "nbds://, nbd+unix://...), and back=%s is a file or "
+                    "device: remove %s=", nbd_only, s->uri, nbd_only);
   return 0;
 }
 
@@ -143,36 +128,26 @@ check_together (const struct rb_config *c, unsigned flags)
   if ((flags & RB_CHECK_URI_STORE) && check_uri_store (c) == -1)
     return -1;
   if ((flags & RB_CHECK_FILTER) &&
-      c->store.max_inflight > RB_MAX_FILTER_INFLIGHT) {
-    invalid ("inflight=%d: the filter runs at most %d requests "
-                  "to the plugin at once", c->store.max_inflight,
-                  RB_MAX_FILTER_INFLIGHT);
-    return -1;
-  }
-  if (c->commit_interval_ms && c->journal == NULL) {
-    invalid ("commit-interval= only applies with journal= "
-                  "(without a journal there are no commits): add journal= "
-                  "or remove commit-interval=");
-    return -1;
-  }
-  if (c->journal && c->store.uri && strcmp (c->journal, c->store.uri) == 0) {
-    invalid ("journal=%s is the backing store itself: the "
-                  "journal needs a store of its own (another file, device "
-                  "or export, ideally on another disk)", c->journal);
-    return -1;
-  }
-  if (c->resume_set && c->ram == NULL) {
-    invalid ("resume= only applies with ram=PATH (an image in "
-                  "anonymous memory does not outlive ramback): add ram= "
-                  "or remove resume=");
-    return -1;
-  }
-  if (c->flush_delay && c->journal) {
-    invalid ("flush-delay= does not apply with journal= (the "
-                  "journal commits on its own interval, commit-interval=): "
-                  "remove one of them");
-    return -1;
-  }
+      c->store.max_inflight > RB_MAX_FILTER_INFLIGHT)
+    return invalid ("inflight=%d: the filter runs at most %d requests "
+                    "to the plugin at once", c->store.max_inflight,
+                    RB_MAX_FILTER_INFLIGHT);
+  if (c->commit_interval_ms && c->journal == NULL)
+    return invalid ("commit-interval= only applies with journal= "
+                    "(without a journal there are no commits): add journal= "
+                    "or remove commit-interval=");
+  if (c->journal && c->store.uri && strcmp (c->journal, c->store.uri) == 0)
+    return invalid ("journal=%s is the backing store itself: the "
+                    "journal needs a store of its own (another file, device "
+                    "or export, ideally on another disk)", c->journal);
+  if (c->resume_set && c->ram == NULL)
+    return invalid ("resume= only applies with ram=PATH (an image in "
+                    "anonymous memory does not outlive ramback): add ram= "
+                    "or remove resume=");
+  if (c->flush_delay && c->journal)
+    return invalid ("flush-delay= does not apply with journal= (the "
+                    "journal commits on its own interval, commit-interval=): "
+                    "remove one of them");
   return 0;
 }
 
