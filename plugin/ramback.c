@@ -5,7 +5,8 @@
  * core is lib/.
  *
  * Lifecycle (nbdkit 1.32):
- *   .config / .config_complete  parse and check parameters (params.c)
+ *   .config / .config_complete  parse parameters (params.c); lib checks
+ *                               them (rb_config_check, lib/config.c)
  *   .get_ready                  open the store, allocate RAM, bind the
  *                               control socket: every error on bad input
  *                               surfaces here, before nbdkit forks
