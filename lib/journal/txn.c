@@ -1031,9 +1031,7 @@ committer_main (void *arg)
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       if (r == 0) {
         done = target;
-        if (target > rb->sync_done)
-          rb->sync_done = target;
-        rb_cond_broadcast (&rb->sync_cond);
+        rb_sync_answer_locked (rb, target, 0);
         backoff = BACKOFF_MIN_MS;
         if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
           break;
@@ -1062,11 +1060,7 @@ committer_main (void *arg)
                             rb_now_ns () + 100 * UINT64_C (1000000));
         continue;
       }
-      if (target > rb->sync_failed) {
-        rb->sync_failed = target;
-        rb->sync_errno = errno ? errno : EIO;
-      }
-      rb_cond_broadcast (&rb->sync_cond);
+      rb_sync_answer_locked (rb, target, errno ? errno : EIO);
       if (rb->stopping)
         rb_warn ("clean stop: the journal cannot take the last %" PRIu64
                  " dirty chunks yet; retrying", chunkmap_dirty (&rb->map));
@@ -1383,13 +1377,8 @@ rb_txn_stop (struct rb *rb)
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
-    if (chunkmap_dirty (&rb->map) == 0)
-      rb->sync_done = rb->sync_requested;
-    else {
-      rb->sync_failed = rb->sync_requested;
-      rb->sync_errno = EIO;
-    }
-    rb_cond_broadcast (&rb->sync_cond);
+    rb_sync_answer_locked (rb, rb->sync_requested,
+                           chunkmap_dirty (&rb->map) == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
     rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",
