@@ -42,7 +42,16 @@
  * block, and the journal is synced (journal.c): N is committed, and the
  * FLUSHes that asked for it (their tickets were issued before T) are
  * acknowledged.  fsync=wait therefore costs one sequential append and
- * one journal sync.
+ * one journal sync; a small transaction (up to RBJ_WHOLE_MAX of data,
+ * an fsync-heavy load's) is captured first and appended in one write,
+ * descriptor, data and commit block together (every extent has its
+ * CRC, so the order of the blocks on the disk does not matter).  The
+ * FLUSHes that arrive while N is being synced take tickets above N's
+ * target and share the next commit point (group commit): one append
+ * and one sync for all of them.  Neither thread is woken for nothing:
+ * a write does not wake the committer (it wakes once an interval
+ * anyway), and a commit wakes the applier only when it has something
+ * to do (an empty queue filled, a quarter of the journal used).
  *
  * The buffer is page aligned (rbj_alloc), and so is each run's data in
  * it when chunks are, so the journal append and the in-place writes can
@@ -505,20 +514,19 @@ static void
 rb_txn_write_end (struct rb *rb, uint64_t reserved)
 {
   struct rb_txns *t = rb->txns;
-  bool first = false;
 
   rb_rwlock_unlock (&t->gate);
   rb_atomic_sub (&t->reserved, reserved);
+  /* The first write after a commit point starts the commit interval.
+   * The committer is not woken for it: it wakes at least once an
+   * interval (should_commit_locked), before this write's deadline.
+   */
   if (rb_atomic_load (&t->admit_waiters) ||
       !rb_atomic_load (&t->dirty_since)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0) {
+    if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
       rb_atomic_store (&t->dirty_since, rb_now_ns ());
-      first = true;
-    }
     rb_cond_broadcast (&rb->space_cond);
-    if (first)
-      rb_cond_signal (&rb->flusher_cond);
   }
 }
 
@@ -912,6 +920,19 @@ commit_one (struct rb *rb, uint64_t target)
       i = 0;
       goto failed;
     }
+    if (x->data_bytes <= RBJ_WHOLE_MAX) {
+      /* Small (an fsync-heavy load's): captured first, then one write
+       * and one sync.
+       */
+      capture_rest (rb, x, 0);
+      if (rbj_commit_whole (t->j, ext, x->nruns, &x->jstart,
+                            &x->jlen) == -1) {
+        i = x->nruns;
+        goto failed;
+      }
+      rb_atomic_sub (&t->jused, jlen - x->jlen);
+      goto committed;
+    }
     for (i = 0; i < x->nruns; i++) {
       if (x->runs[i].kind != CS_DIRTY)
         continue;
@@ -972,11 +993,18 @@ commit_one (struct rb *rb, uint64_t target)
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (t->q_head == NULL)
+    bool was_empty = t->q_head == NULL;
+
+    if (was_empty)
       t->queued_since = rb_now_ns ();
     *t->q_tail = x;
     t->q_tail = &x->next;
-    rb_cond_signal (&t->applier_cond);
+    /* Wake the applier only for what it waits on (applier_main): a
+     * queue that was empty, or a quarter of the journal used; not for
+     * every commit while it lets them pile up.
+     */
+    if (was_empty || rb_atomic_load (&t->jused) >= t->capacity / 4)
+      rb_cond_signal (&t->applier_cond);
   }
   return 0;
 
@@ -995,15 +1023,20 @@ static bool
 should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
 {
   struct rb_txns *t = rb->txns;
+  uint64_t now = rb_now_ns ();
 
-  *deadline = UINT64_MAX;
+  /* Idle, the committer still wakes once an interval: a write that
+   * starts the interval meanwhile (rb_txn_write_end does not wake it)
+   * has its deadline no earlier than that.
+   */
+  *deadline = now + t->interval_ns;
   if (rb->stopping || t->commit_now || rb->sync_requested > done)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
-    rb_atomic_store (&t->dirty_since, rb_now_ns ());  /* a redirty */
+    rb_atomic_store (&t->dirty_since, now);  /* a redirty */
   if (t->dirty_since) {
     *deadline = t->dirty_since + t->interval_ns;
-    return rb_now_ns () >= *deadline;
+    return now >= *deadline;
   }
   return false;
 }
