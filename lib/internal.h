@@ -374,6 +374,11 @@ struct rb_journal_ops {
   void (*write_end) (struct rb *rb, uint64_t reserved);
   /* A commit point soon, without waiting for it (FLUSH, fsync=ignore). */
   void (*request_commit) (struct rb *rb);
+  /* rb_sync for FLUSH and FUA with fsync=wait: until a commit point
+   * after the call is committed (made on the caller's thread if none
+   * is in progress).
+   */
+  int (*sync) (struct rb *rb);
   /* Writers wait for space: a commit point and the in-place writes now. */
   void (*hurry) (struct rb *rb);
   /* Wait until everything written so far is in place (writethrough). */

@@ -1256,6 +1256,31 @@ test_zero_vs_write_before_ram (void)
  * here while the committer answers; a plain store is a data race that
  * ThreadSanitizer reports (the ordinary build only checks the answer).
  */
+struct flusher_job {
+  struct fx *f;
+  int id;
+  uint8_t *bufs[25];
+};
+
+/* Write a chunk of its own and FLUSH, 25 times: FLUSHes on several
+ * threads commit on their own thread or share another's commit.
+ */
+static gpointer
+flusher_job_main (gpointer arg)
+{
+  struct flusher_job *j = arg;
+  int i;
+
+  for (i = 0; i < 25; i++) {
+    uint64_t off = (uint64_t) (16 + j->id) * CHUNK;
+    if (rb_pwrite (j->f->rb, j->bufs[i], CHUNK, off, 0) == -1 ||
+        rb_flush (j->f->rb) == -1)
+      g_error ("journal: write and FLUSH on thread %d: %s", j->id,
+               rb_get_error ());
+  }
+  return NULL;
+}
+
 static void
 test_journal_sync_answered (void)
 {
@@ -1294,6 +1319,26 @@ test_journal_sync_answered (void)
       g_usleep (100);
     if (r != 1)
       g_error ("journal: sync ticket %" PRIu64 " failed", t);
+  }
+  {
+    struct flusher_job jobs[4];
+    GThread *th[4];
+    int k, n;
+
+    for (k = 0; k < 4; k++) {
+      jobs[k] = (struct flusher_job) { .f = &f, .id = k };
+      for (n = 0; n < 25; n++)
+        jobs[k].bufs[n] = fx_random (&f, CHUNK);
+      memcpy (f.model + (uint64_t) (16 + k) * CHUNK, jobs[k].bufs[24],
+              CHUNK);
+    }
+    for (k = 0; k < 4; k++)
+      th[k] = g_thread_new ("flush", flusher_job_main, &jobs[k]);
+    for (k = 0; k < 4; k++) {
+      g_thread_join (th[k]);
+      for (n = 0; n < 25; n++)
+        g_free (jobs[k].bufs[n]);
+    }
   }
   /* A sync answers once the journal holds it; the store has it in
    * place after the close.

@@ -12,7 +12,11 @@
  * place) makes a commit point when a client FLUSH waits for one (a
  * sync ticket, flush.c), when asked (a FLUSH with fsync=ignore, a
  * throttled writer), when the oldest uncommitted write is
- * commit-interval= old, and at a clean stop.  At the commit point it
+ * commit-interval= old, and at a clean stop.  A FLUSH with fsync=wait
+ * makes it on its own thread instead when no commit is in progress
+ * (rb_txn_sync); 'committing' lets one thread at a time commit, so
+ * everything below is done by "the committer", whichever thread that
+ * is.  At the commit point it
  * holds the write gate exclusively: no application write is between
  * its start and its end, so "written before T" and "written after T"
  * is a clean cut.  Under the gate, every DIRTY and ZERO chunk becomes
@@ -48,7 +52,8 @@
  * CRC, so the order of the blocks on the disk does not matter).  The
  * FLUSHes that arrive while N is being synced take tickets above N's
  * target and share the next commit point (group commit): one append
- * and one sync for all of them.  Neither thread is woken for nothing:
+ * and one sync for all of them (the first of them to see no commit in
+ * progress commits on its own thread).  Neither thread is woken for nothing:
  * a write does not wake the committer (it wakes once an interval
  * anyway), and a commit wakes the applier only when it has something
  * to do (an empty queue filled, a quarter of the journal used).
@@ -101,7 +106,7 @@
  * CLEAN at the commit point, and retired once its transaction is
  * committed in the journal (a start replays the journal onto the
  * backing store before it resumes the RAM image).  The committer does
- * both, so no newer commit point can interleave.
+ * both, one commit at a time, so no newer commit point can interleave.
  *
  * Locking (lock order: gate, then cap_lock; rb->lock never held while
  * taking the gate or cap_lock, and neither held across I/O except
@@ -118,7 +123,8 @@
  *   sector bits (chunkmap.h)  taken (cleared) only under the gate held
  *              exclusively (take_chunks); writers set them under the
  *              gate held shared, before they move their chunks.
- *   queue, commit_now, applied_target, apply_failed  [rb->lock]
+ *   queue, commit_now, committing, applied_target, apply_failed
+ *              [rb->lock]
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
  *   reserved, jused, counters  [atomic]
@@ -189,6 +195,10 @@ struct rb_txns {
 
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
   bool commit_now;              /* [rb->lock] */
+  bool committing;              /* [rb->lock] a thread is in commit_one
+                                   (the committer, or a FLUSH's own) */
+  bool committer_blocked;       /* [rb->lock] the committer waits for
+                                   'committing' to clear */
   bool apply_now;               /* [rb->lock] somebody waits for space
                                    or for the backing store: no delay */
   uint64_t queued_since;        /* [rb->lock] when the queue last
@@ -1020,7 +1030,7 @@ static void apply_list (struct rb *rb, struct txn *list);
 static struct txn *take_queue_locked (struct rb_txns *t);
 
 static bool
-should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
+should_commit_locked (struct rb *rb, uint64_t *deadline)
 {
   struct rb_txns *t = rb->txns;
   uint64_t now = rb_now_ns ();
@@ -1030,7 +1040,7 @@ should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
    * has its deadline no earlier than that.
    */
   *deadline = now + t->interval_ns;
-  if (rb->stopping || t->commit_now || rb->sync_requested > done)
+  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
     rb_atomic_store (&t->dirty_since, now);  /* a redirty */
@@ -1046,7 +1056,7 @@ committer_main (void *arg)
 {
   struct rb *rb = arg;
   struct rb_txns *t = rb->txns;
-  uint64_t backoff = BACKOFF_MIN_MS, done = 0;
+  uint64_t backoff = BACKOFF_MIN_MS;
 
   for (;;) {
     uint64_t target, deadline;
@@ -1054,16 +1064,28 @@ committer_main (void *arg)
 
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      while (!should_commit_locked (rb, done, &deadline))
-        rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+      for (;;) {
+        bool go = should_commit_locked (rb, &deadline);
+        if (go && !t->committing)
+          break;
+        if (go) {
+          /* A FLUSH commits on its own thread (rb_txn_sync). */
+          t->committer_blocked = true;
+          rb_cond_wait (&rb->flusher_cond, &rb->lock);
+          t->committer_blocked = false;
+        }
+        else
+          rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+      }
+      t->committing = true;
       target = rb->sync_requested;
       t->commit_now = false;
     }
     r = commit_one (rb, target);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      t->committing = false;
       if (r == 0) {
-        done = target;
         rb_sync_answer_locked (rb, target, 0);
         backoff = BACKOFF_MIN_MS;
         if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
@@ -1107,6 +1129,67 @@ committer_main (void *arg)
     }
   }
   return NULL;
+}
+
+/* A FLUSH with fsync=wait (and a FUA write): answered once a commit
+ * point after its ticket is committed.  When no commit is in progress
+ * the caller makes it on its own thread, at its own priority: no
+ * hand-off to the committer and back, which at one FLUSH at a time
+ * costs more than the journal's sync on a busy machine.  FLUSHes that
+ * come while a commit runs wait for it, and one of them then commits
+ * for all (group commit).  If the journal has no room yet, or the
+ * server is stopping, the committer thread takes over.
+ */
+static int
+rb_txn_sync (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t ticket;
+  bool own = true;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (!rb->flusher_running) {
+    rb_set_error (rb->stopping ? ESHUTDOWN : EINVAL,
+                  "sync: the journal's committer is not running");
+    return -1;
+  }
+  ticket = ++rb->sync_requested;
+  while (rb->sync_done < ticket && rb->sync_failed < ticket) {
+    uint64_t target;
+    int r, err;
+
+    if (!own || t->committing || rb->stopping) {
+      rb_cond_wait (&rb->sync_cond, &rb->lock);
+      continue;
+    }
+    t->committing = true;
+    target = rb->sync_requested;
+    t->commit_now = false;
+    rb_mutex_unlock (&rb->lock);
+    r = commit_one (rb, target);
+    err = errno ? errno : EIO;
+    rb_mutex_lock (&rb->lock);
+    t->committing = false;
+    if (t->committer_blocked)
+      rb_cond_signal (&rb->flusher_cond);
+    if (r == 0)
+      rb_sync_answer_locked (rb, target, 0);
+    else if (r == -1)
+      rb_sync_answer_locked (rb, target, err);
+    else {
+      /* No room in the journal yet: the committer waits for the
+       * applier to free some.
+       */
+      own = false;
+      hurry_locked (rb);
+    }
+  }
+  if (rb->sync_done >= ticket)
+    return 0;
+  rb_set_error (rb->sync_errno ? rb->sync_errno : EIO, "sync: the journal "
+                "could not commit the transaction (the data is kept in RAM "
+                "and will be retried)");
+  return -1;
 }
 
 /* ---- in place (the applier) ---- */
@@ -1455,6 +1538,7 @@ static const struct rb_journal_ops journal_ops = {
   .write_begin = rb_txn_write_begin,
   .write_end = rb_txn_write_end,
   .request_commit = rb_txn_request_commit,
+  .sync = rb_txn_sync,
   .hurry = rb_txn_hurry,
   .wait_applied = rb_txn_wait_applied,
 };
