@@ -232,6 +232,11 @@ rb_tracing (struct rb *rb)
 struct rb_status_out;
 extern void rb_stats_fields (const struct rb_stats *st,
                              struct rb_status_out *o);
+/* stats.c: the symbolic name of an errno ("ENOSPC"; "EOTHER" for one
+ * it does not list, "" for 0), for status and the control protocol's
+ * error replies.
+ */
+extern const char *rb_errno_name (int e);
 
 /* core.c: count a failed backing store request, keep its message for
  * status (last_error) and log it.

@@ -37,12 +37,8 @@ EOP
 }
 
 bad=0
-amp uniform --random_distribution=random || bad=1
-amp zipf --random_distribution=zipf:1.2 || bad=1
-
-nbdcopy "$rb_uri" "$TMP/ram.img"
-stop_rb rb
-assert_same "$back" "$TMP/ram.img" || fail "the backing file is not the RAM image"
+uniform_and_zipf amp || bad=1
+stop_rb_image rb "$back" || fail "the backing file is not the RAM image"
 [ "$bad" = 0 ] || fail "write amplification over 1.5"
 
 # Sequential writes still go out as large requests: 4 MiB written as
