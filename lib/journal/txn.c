@@ -1455,6 +1455,13 @@ apply_list (struct rb *rb, struct txn *list)
            rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
       ;
   }
+  if (rb_tracing (rb)) {
+    unsigned n = 0;
+    for (x = list; x; x = x->next)
+      n++;
+    rb_log ("journal: put %u transactions in place: %" PRIu64 " bytes in %"
+            PRIu64 " ms", n, bytes, (rb_now_ns () - t0) / 1000000);
+  }
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
     rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
