@@ -87,8 +87,8 @@ struct rb_config {
   uint64_t populate_rate;     /* bytes/s, 0: unlimited */
   uint64_t flush_rate;        /* bytes/s, 0: unlimited */
   unsigned ups_window;        /* seconds, 0: off */
-  unsigned flush_delay;       /* seconds dirty data may wait, 0: none
-                                 (at most RB_MAX_FLUSH_DELAY) */
+  uint32_t flush_delay_ms;    /* how long dirty data may wait, 0: none
+                                 (at most RB_MAX_FLUSH_DELAY_MS) */
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
   enum rb_resume resume;
@@ -104,7 +104,7 @@ struct rb_config {
 #define RB_DEFAULT_CHUNK_SIZE 65536
 #define RB_DEFAULT_COMMIT_INTERVAL_MS 5000
 #define RB_MIN_CHUNK_SIZE 512
-#define RB_MAX_FLUSH_DELAY 60
+#define RB_MAX_FLUSH_DELAY_MS 60000
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 
 /* Largest single I/O the core issues to the backing store. */
@@ -192,7 +192,7 @@ struct rb_stats {
   uint64_t dirty_max;         /* limit in force now (0: none) */
   uint64_t dirty_max_config;  /* dirty-max= */
   unsigned ups_window;        /* ups-window=, seconds */
-  unsigned flush_delay;       /* flush-delay=, seconds */
+  uint32_t flush_delay_ms;    /* flush-delay=, milliseconds */
   uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
   uint64_t populate_bandwidth;
   uint64_t flush_rate;        /* configured caps, 0: none */

@@ -176,9 +176,19 @@ ramback_config_key (const char *key, const char *value)
     c->ups_window = i;
   }
   else if (strcmp (key, "flush-delay") == 0) {
-    if (parse_int (key, value, 0, RB_MAX_FLUSH_DELAY, &i) == -1)
+    char *end;
+    double d;
+
+    errno = 0;
+    d = strtod (value, &end);
+    if (errno || end == value || *end ||
+        !(d >= 0 && d <= RB_MAX_FLUSH_DELAY_MS / 1000)) {
+      nbdkit_error ("flush-delay=%s: expected seconds from 0 to %d "
+                    "(e.g. flush-delay=5 or 0.5)", value,
+                    RB_MAX_FLUSH_DELAY_MS / 1000);
       return -1;
-    c->flush_delay = i;
+    }
+    c->flush_delay_ms = d * 1000 + 0.5;
   }
   else if (strcmp (key, "populate-rate") == 0)
     return parse_size (key, value, 1, &c->populate_rate);
@@ -264,7 +274,7 @@ ramback_config_check_common (void)
                   "or remove resume=");
     return -1;
   }
-  if (c->flush_delay && c->journal) {
+  if (c->flush_delay_ms && c->journal) {
     nbdkit_error ("flush-delay= does not apply with journal= (the journal "
                   "commits on its own interval, commit-interval=): remove "
                   "one of them");

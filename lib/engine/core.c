@@ -63,12 +63,12 @@ copy_config (struct rb *rb, const struct rb_config *c)
   }
   if (rb->cfg.chunk_size == 0)
     rb->cfg.chunk_size = RB_DEFAULT_CHUNK_SIZE;
-  if (rb->cfg.flush_delay > RB_MAX_FLUSH_DELAY) {
-    rb_set_error (EINVAL, "flush-delay=%u: at most %d seconds",
-                  rb->cfg.flush_delay, RB_MAX_FLUSH_DELAY);
+  if (rb->cfg.flush_delay_ms > RB_MAX_FLUSH_DELAY_MS) {
+    rb_set_error (EINVAL, "flush-delay: %" PRIu32 " ms, at most %d",
+                  rb->cfg.flush_delay_ms, RB_MAX_FLUSH_DELAY_MS);
     return -1;
   }
-  if (rb->cfg.flush_delay && rb->cfg.journal) {
+  if (rb->cfg.flush_delay_ms && rb->cfg.journal) {
     rb_set_error (EINVAL, "flush-delay= does not apply with journal= (the "
                   "journal commits on its own interval, commit-interval=): "
                   "remove one of them");

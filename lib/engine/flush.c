@@ -445,7 +445,7 @@ sync_needed (struct rb *rb, uint64_t target)
 static bool
 may_delay_locked (struct rb *rb, uint64_t target)
 {
-  return rb->cfg.flush_delay > 0 && !rb->stopping &&
+  return rb->cfg.flush_delay_ms > 0 && !rb->stopping &&
     rb->sync_requested == target &&
     rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
     !rb_dirty_pressure (rb);
@@ -469,7 +469,7 @@ delay_locked (struct rb *rb, uint64_t target, uint64_t deadline)
 static uint64_t
 flush_delay_ns (struct rb *rb)
 {
-  return rb->cfg.flush_delay * UINT64_C (1000000000);
+  return rb->cfg.flush_delay_ms * UINT64_C (1000000);
 }
 
 static void
@@ -619,7 +619,7 @@ rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
     while (!rb->stopping && !have_work_locked (rb, fs->target))
       rb_cond_wait (&rb->flusher_cond, &rb->lock);
     rb_atomic_store (&rb->flusher_idle, false);
-    if (rb->cfg.flush_delay)
+    if (rb->cfg.flush_delay_ms)
       delay_locked (rb, fs->target, rb_now_ns () + flush_delay_ns (rb));
     else
       coalesce_locked (rb, fs->target);
