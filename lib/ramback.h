@@ -105,6 +105,10 @@ struct rb_config {
 #define RB_DEFAULT_COMMIT_INTERVAL_MS 5000
 #define RB_MIN_CHUNK_SIZE 512
 #define RB_MAX_FLUSH_DELAY_MS 60000
+/* The plugin's and the filter's flush-delay= when none is given (and
+ * no journal=); the library's own default, for embedders, is none.
+ */
+#define RB_DEFAULT_FLUSH_DELAY_MS 1000
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 
 /* Largest single I/O the core issues to the backing store. */

@@ -22,6 +22,7 @@ const char *ramback_control_path;
 bool ramback_trace;
 static bool resume_given;
 static bool commit_interval_given;
+static bool flush_delay_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -189,6 +190,7 @@ ramback_config_key (const char *key, const char *value)
       return -1;
     }
     c->flush_delay_ms = d * 1000 + 0.5;
+    flush_delay_given = true;
   }
   else if (strcmp (key, "populate-rate") == 0)
     return parse_size (key, value, 1, &c->populate_rate);
@@ -266,7 +268,7 @@ ramback_config_key (const char *key, const char *value)
 int
 ramback_config_check_common (void)
 {
-  const struct rb_config *c = &ramback_params;
+  struct rb_config *c = &ramback_params;
 
   if (resume_given && c->ram == NULL) {
     nbdkit_error ("resume= only applies with ram=PATH (an image in "
@@ -280,6 +282,9 @@ ramback_config_check_common (void)
                   "one of them");
     return -1;
   }
+  /* A journal commits on its own interval (commit-interval=). */
+  if (!flush_delay_given && c->journal == NULL)
+    c->flush_delay_ms = RB_DEFAULT_FLUSH_DELAY_MS;
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
@@ -344,5 +349,6 @@ ramback_config_free (void)
   ramback_control_path = NULL;
   resume_given = false;
   commit_interval_given = false;
+  flush_delay_given = false;
   nseen = 0;
 }

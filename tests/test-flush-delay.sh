@@ -97,6 +97,17 @@ echo "flush-delay=0.5, 100 rewrites of one block: $grew bytes written back"
 [ "$grew" -le $((2 * 4096)) ] || fail "100 rewrites cost $grew bytes"
 stop_rb rb
 
+# The default: 1 s, and none with journal= (it commits on its own).
+start_rb rb back="$back"
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 1000 ] ||
+    fail "the default flush_delay_ms is not 1000"
+stop_rb rb
+truncate -s 1M "$TMP/jd.img"
+start_rb rb back="$back" journal="$TMP/jd.img" chunk=64K
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 0 ] ||
+    fail "with journal=, flush_delay_ms is not 0"
+stop_rb rb
+
 # 3. The dirty limit: 8 MiB through a 1 MiB dirty-max= must not wait
 # for a 30 s delay.
 start_rb rb back="$back" flush-delay=30 dirty-max=1M
