@@ -14,6 +14,11 @@
 # duration.  A kernel oops or warning panics the kernel
 # (oops=panic panic_on_warn=1) and QEMU exits with no RESULT line, which
 # the host counts as a failure.
+#
+# Why one file of over 700 lines: it is one boot's whole test run, phases
+# in order over the same device chain (each scratch-disk phase on a region
+# of its own), checked against one model of the host's; the helpers it
+# shares with the other guests are in /guest/console.sh.
 
 . /guest/console.sh
 guest_start
@@ -178,17 +183,24 @@ populate_suspend () {
 # the wait.  The device is left suspended, the data stays in RAM; resume
 # makes it usable, and once the backing device is back a remove writes
 # everything back.
+# dies_with_dirty ID W1 W2 OP: writes W1 reach bk (flushed), bk dies,
+# writes W2 stay in RAM only, and OP (suspend or remove) is killed while
+# it waits for bk.  ID names the writes in the messages (S1, S2...).
+dies_with_dirty () {
+  apply $RB "$2" || fail "writes ${1}1"
+  dmsetup message rb 0 flush || fail "flush before the backing device dies"
+  backing_dies bk || fail "switch bk to the error target"
+  apply $RB "$3" || fail "writes ${1}2 (RAM only)"
+  kill_stuck "$4"
+}
+
 stuck_suspend () {
   phase stuck-suspend
   dmsetup create bk --table "$(scratch 1)" || fail "create bk (region 1)"
   dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" ||
     fail "create rb (stuck-suspend)"
   wait_st rb $F_POPULATE populated 300
-  apply $RB "$WR_S1" || fail "writes S1"
-  dmsetup message rb 0 flush || fail "flush before the backing device dies"
-  backing_dies bk || fail "switch bk to the error target"
-  apply $RB "$WR_S2" || fail "writes S2 (RAM only)"
-  kill_stuck suspend
+  dies_with_dirty S "$WR_S1" "$WR_S2" suspend
   is_suspended rb || fail "rb is not suspended after the interrupted suspend"
   [ "$(st rb $F_ERROR)" = -5 ] || fail "error is '$(st rb $F_ERROR)', not -5 (EIO)"
   [ "$(st rb $F_DIRTY)" -gt 0 ] || fail "the interrupted suspend dropped the dirty data"
@@ -211,11 +223,7 @@ stuck_remove () {
   dmsetup create bk --table "$(scratch 2)" || fail "create bk (region 2)"
   dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk 8 1 nopopulate" ||
     fail "create rb (stuck-remove)"
-  apply $RB "$WR_T1" || fail "writes T1"
-  dmsetup message rb 0 flush || fail "flush before the backing device dies"
-  backing_dies bk || fail "switch bk to the error target"
-  apply $RB "$WR_T2" || fail "writes T2 (RAM only)"
-  kill_stuck remove
+  dies_with_dirty T "$WR_T1" "$WR_T2" remove
   dmsetup info rb >/dev/null 2>&1 && fail "rb still exists after its remove"
   if rmmod dm_ramback 2>/dev/null; then
     fail "dm_ramback unloaded while it holds data not written back"
@@ -244,11 +252,7 @@ stuck_reload () {
   dmsetup create rb --table "0 $SECTORS ramback /dev/mapper/bk" ||
     fail "create rb (stuck-reload)"
   wait_st rb $F_POPULATE populated 300
-  apply $RB "$WR_U1" || fail "writes U1"
-  dmsetup message rb 0 flush || fail "flush before the backing device dies"
-  backing_dies bk || fail "switch bk to the error target"
-  apply $RB "$WR_U2" || fail "writes U2 (RAM only)"
-  kill_stuck suspend
+  dies_with_dirty U "$WR_U1" "$WR_U2" suspend
   if dmsetup reload rb --table "0 $SECTORS ramback /dev/mapper/bk2 64" 2>/dev/null; then
     fail "a table with another chunk size was loaded over data it cannot take"
   fi

@@ -63,6 +63,13 @@
  *     open reference to the backing device, which write the data back
  *     when the device works and then free themselves.  The module stays
  *     loaded until then.
+ *
+ * Why one file of over 700 lines: it is the target's device-mapper side
+ * only (table parsing, map, suspend and resume, take-over, orphans,
+ * messages, status), whose life-cycle rules above tie the callbacks to
+ * one another, as dm targets keep them in one file.  Everything else is
+ * apart: the engine in lib/, its environment in rbk-env.c, bios in
+ * rbk-io.c, the kthreads in rbk-bg.c, the backing device in rbk-store.c.
  */
 
 #include <linux/module.h>

@@ -23,7 +23,8 @@
  *                      every other key goes down the chain, so size=,
  *                      tls-*= and the like reach the plugin that owns
  *                      them (nbdkit --filter=ramback memory 1G works)
- *   .config_complete   our checks, then the plugin's
+ *   .config_complete   lib's checks of the parameters (rb_config_check),
+ *                      then the plugin's
  *   .get_ready         remember the final thread model; claim the
  *                      plugin's file= files as the plugin form claims
  *                      back= (claim.c); bind control= (a bad path fails
@@ -70,9 +71,6 @@
 #include "control-server.h"
 #include "store-next.h"
 #include "claim.h"
-
-/* Requests in flight to the plugin at once: one worker thread each. */
-#define MAX_INFLIGHT 64
 
 static int thread_model = NBDKIT_THREAD_MODEL_PARALLEL;
 static bool read_only;
@@ -159,23 +157,10 @@ static int
 ramback_filter_config_complete (nbdkit_next_config_complete *next,
                                 nbdkit_backend *nxdata)
 {
-  const struct rb_config *c = &ramback_params;
-
-  if (c->store.max_inflight > MAX_INFLIGHT) {
-    nbdkit_error ("inflight=%d: the filter runs at most %d requests to the "
-                  "plugin at once", c->store.max_inflight, MAX_INFLIGHT);
-    return -1;
-  }
-  /* As in the plugin form (params.c); commit-interval= is at least
-   * 10 ms when given.
+  /* lib's rules (config.c), with the filter's limit on requests in
+   * flight to the plugin: RB_MAX_FILTER_INFLIGHT workers (store-next.c).
    */
-  if (c->commit_interval_ms && c->journal == NULL) {
-    nbdkit_error ("commit-interval= only applies with journal= (without a "
-                  "journal there are no commits): add journal= or remove "
-                  "commit-interval=");
-    return -1;
-  }
-  if (ramback_config_check_common () == -1)
+  if (ramback_config_check (RB_CHECK_FILTER) == -1)
     return -1;
   return next (nxdata);
 }

@@ -17,9 +17,9 @@
  * there, then they are finalized and closed (store close).
  *
  * Thread model.  nbdkit enforces the thread model only around client
- * requests (connections.c); calls on manual contexts from threads of our
- * own are not serialised by anybody, so this store does it, from the
- * final thread model given to .get_ready:
+ * requests (its server/connections.c); calls on manual contexts from
+ * threads of our own are not serialised by anybody, so this store does
+ * it, from the final thread model given to .get_ready:
  *   - parallel: any number of calls at once, on 'contexts' contexts
  *     (default 1: a parallel plugin needs no more), by up to 'inflight'
  *     worker threads (default 16);

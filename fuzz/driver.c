@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "driver.h"
 
 int fuzz_verbose;
@@ -36,7 +37,7 @@ static void
 die (const char *what, const char *path)
 {
   fprintf (stderr, "fuzz-%s: %s: %s: %s\n", fuzz_target_name, what, path,
-           strerror (errno));
+           rb_strerror (errno));
   exit (EXIT_FAILURE);
 }
 

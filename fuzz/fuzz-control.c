@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "error.h"
 #include "ramback.h"
 
 #include "driver.h"
@@ -66,12 +67,13 @@ fuzz_setup (void)
     snprintf (path, sizeof path, "%s/ramback-fuzz-control-XXXXXX", dirs[i]);
     fd = mkstemp (path);
   }
-  fuzz_assert (fd >= 0, "mkstemp: %s", strerror (errno));
+  fuzz_assert (fd >= 0, "mkstemp: %s", rb_strerror (errno));
   /* Nothing is left behind by a child that afl++ kills: the store opens
    * the file through its descriptor.
    */
   unlink (path);
-  fuzz_assert (ftruncate (fd, 1048576) == 0, "ftruncate: %s", strerror (errno));
+  fuzz_assert (ftruncate (fd, 1048576) == 0, "ftruncate: %s",
+               rb_strerror (errno));
   snprintf (path, sizeof path, "/proc/self/fd/%d", fd);
 
   rb_set_log (quiet);

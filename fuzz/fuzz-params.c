@@ -403,7 +403,7 @@ fuzz_one (const uint8_t *data, size_t size)
     int r;
 
     shim_errors = 0;
-    r = ramback_config_check ();
+    r = ramback_config_check (RB_CHECK_URI_STORE);
     if (fuzz_verbose)
       fprintf (stderr, "config_complete -> %d%s%s\n", r,
                r ? ": " : "", r ? shim_last_error () : "");

@@ -18,8 +18,6 @@
 #include "internal.h"
 #include "json.h"
 
-extern const char *rb_errno_name (int e);
-
 #define MAX_WORDS 4
 
 static const char help_text[] =

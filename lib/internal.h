@@ -232,6 +232,11 @@ rb_tracing (struct rb *rb)
 struct rb_status_out;
 extern void rb_stats_fields (const struct rb_stats *st,
                              struct rb_status_out *o);
+/* stats.c: the symbolic name of an errno ("ENOSPC"; "EOTHER" for one
+ * it does not list, "" for 0), for status and the control protocol's
+ * error replies.
+ */
+extern const char *rb_errno_name (int e);
 
 /* core.c: count a failed backing store request, keep its message for
  * status (last_error) and log it.
@@ -289,6 +294,12 @@ extern void rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
  * rb_sync_answered takes no lock.
  */
 extern uint64_t rb_sync_request (struct rb *rb);
+/* Answer the tickets up to TARGET: done (err 0) or failed with ERR;
+ * sync_done/sync_failed only grow, stored atomically (rb_sync_answered
+ * reads them without the lock); wakes the waiters.  rb->lock held.
+ * The flusher's and the journal's committer's one way to answer.
+ */
+extern void rb_sync_answer_locked (struct rb *rb, uint64_t target, int err);
 extern int rb_sync_answered (struct rb *rb, uint64_t t);
 /* Before a store write starts: the failure generation it runs in. */
 extern uint64_t rb_write_begin (struct rb *rb);
@@ -368,6 +379,11 @@ struct rb_journal_ops {
   void (*write_end) (struct rb *rb, uint64_t reserved);
   /* A commit point soon, without waiting for it (FLUSH, fsync=ignore). */
   void (*request_commit) (struct rb *rb);
+  /* rb_sync for FLUSH and FUA with fsync=wait: until a commit point
+   * after the call is committed (made on the caller's thread if none
+   * is in progress).
+   */
+  int (*sync) (struct rb *rb);
   /* Writers wait for space: a commit point and the in-place writes now. */
   void (*hurry) (struct rb *rb);
   /* Wait until everything written so far is in place (writethrough). */

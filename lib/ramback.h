@@ -92,6 +92,7 @@ struct rb_config {
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
   enum rb_resume resume;
+  bool resume_set;            /* resume= was given (it needs ram=) */
   const char *journal;        /* journal=: file, device or NBD URI, NULL:
                                  none (plain write back) */
   uint32_t commit_interval_ms; /* 0: RB_DEFAULT_COMMIT_INTERVAL_MS */
@@ -110,6 +111,32 @@ struct rb_config {
  */
 #define RB_DEFAULT_FLUSH_DELAY_MS 1000
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
+#define RB_MIN_COMMIT_INTERVAL_MS 10
+#define RB_MAX_COMMIT_INTERVAL_MS 3600000
+#define RB_MAX_UPS_WINDOW 86400
+#define RB_MAX_CONNECTIONS 64
+#define RB_MAX_INFLIGHT 1024
+#define RB_MAX_FILTER_INFLIGHT 64     /* the filter's workers (store-next.c) */
+#define RB_MAX_REQUEST_TIMEOUT 86400
+
+/* The one place a configuration is judged (config.c): the plugin and the
+ * filter parse their parameters into a struct rb_config and call this;
+ * rb_open() calls it too.  -1 with EINVAL and a message that names the
+ * parameter (as key=value) on the first problem.  flags:
+ *   RB_CHECK_VALUES      each value on its own (ranges, powers of two),
+ *                        fit to check after every key
+ *   RB_CHECK_ALL         also the parameters that go together
+ *   RB_CHECK_URI_STORE   with ALL: the store is opened from store.uri
+ *                        (back=), which is then required, with its
+ *                        file-or-NBD rules (the plugin form)
+ *   RB_CHECK_FILTER      with ALL: the store is the plugin below the
+ *                        nbdkit filter (at most RB_MAX_FILTER_INFLIGHT)
+ */
+#define RB_CHECK_VALUES 0
+#define RB_CHECK_ALL 1
+#define RB_CHECK_URI_STORE 2
+#define RB_CHECK_FILTER 4
+extern int rb_config_check (const struct rb_config *config, unsigned flags);
 
 /* Largest single I/O the core issues to the backing store. */
 #define RB_MAX_STORE_IO (8 * 1024 * 1024)

@@ -96,8 +96,6 @@ errno_name (int e)
   }
 }
 
-/* Exposed for control.c. */
-const char *rb_errno_name (int e);
 const char *
 rb_errno_name (int e)
 {

@@ -558,6 +558,71 @@ test_bad_config (void)
   g_assert_nonnull (strstr (rb_get_error (), "power of two"));
 }
 
+/* One validation (config.c): rb_open() refuses, before it opens
+ * anything, what the plugin and the filter refuse, with EINVAL and a
+ * message that names the parameter; the form's own rules come with
+ * rb_config_check()'s flags.
+ */
+#define NOFILE "/nonexistent/ramback/x"
+static const struct {
+  unsigned flags;               /* 0: through rb_open() */
+  struct rb_config c;
+  const char *msg;
+} config_cases[] = {
+  { 0, { .commit_interval_ms = 1000 }, "commit-interval= only applies" },
+  { 0, { .resume_set = true }, "resume= only applies with ram=" },
+  { 0, { .journal = "/nonexistent/j", .flush_delay_ms = 5000 },
+    "flush-delay= does not apply with journal=" },
+  { 0, { .journal = NOFILE }, "is the backing store itself" },
+  { 0, { .flush_delay_ms = 61000 }, "flush-delay=61: expected seconds "
+    "from 0 to 60" },
+  { 0, { .chunk_size = 96 * 1024 }, "chunk=98304: the chunk size must be" },
+  { 0, { .commit_interval_ms = 5 }, "commit-interval=0.005: expected" },
+  { 0, { .store.connections = 65 }, "connections=65: expected a whole "
+    "number from 1 to 64" },
+  { RB_CHECK_ALL | RB_CHECK_URI_STORE, { .store.tls_username = "alice" },
+    "tls-username= only applies to an NBD backing store" },
+  { RB_CHECK_ALL | RB_CHECK_FILTER, { .store.max_inflight = 65 },
+    "inflight=65: the filter runs at most 64" },
+};
+
+static void
+test_config_rules (void)
+{
+  size_t i;
+
+  for (i = 0; i < sizeof config_cases / sizeof config_cases[0]; i++) {
+    struct rb_config c = config_cases[i].c;
+
+    c.store.uri = NOFILE;
+    c.store.tls_verify_peer = -1;
+    if (config_cases[i].flags)
+      g_assert_cmpint (rb_config_check (&c, config_cases[i].flags), ==, -1);
+    else
+      g_assert_null (rb_open (&c));
+    g_assert_cmpint (rb_get_errno (), ==, EINVAL);
+    if (strstr (rb_get_error (), config_cases[i].msg) == NULL)
+      g_error ("case %zu: '%s' does not say '%s'", i, rb_get_error (),
+               config_cases[i].msg);
+  }
+  /* What parses is valid on its own: the rules between parameters
+   * wait for RB_CHECK_ALL.
+   */
+  {
+    struct rb_config c = { .commit_interval_ms = 1000 };
+
+    g_assert_cmpint (rb_config_check (&c, RB_CHECK_VALUES), ==, 0);
+    g_assert_cmpint (rb_config_check (&c, RB_CHECK_ALL), ==, -1);
+    c.store.uri = NULL;
+    c.journal = "/j";
+    c.store.tls_verify_peer = -1;
+    g_assert_cmpint (rb_config_check (&c, RB_CHECK_ALL | RB_CHECK_URI_STORE),
+                     ==, -1);
+    g_assert_nonnull (strstr (rb_get_error (), "back= parameter is "
+                              "required"));
+  }
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -575,6 +640,7 @@ main (int argc, char *argv[])
                    test_writethrough_sync_fails);
   g_test_add_func ("/core/zero-ops", test_zero_ops);
   g_test_add_func ("/core/bad-config", test_bad_config);
+  g_test_add_func ("/core/config-rules", test_config_rules);
   g_test_add_func ("/core/error-wraps", test_error_wraps);
   return g_test_run ();
 }

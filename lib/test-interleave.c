@@ -27,12 +27,14 @@
 
 #undef NDEBUG
 #include <errno.h>
+#include <fcntl.h>
 #include <glib.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "test-store.h"
@@ -1246,6 +1248,110 @@ test_zero_vs_write_before_ram (void)
   zero_vs_write_before_ram (BIG_CHUNK, 95);
 }
 
+/* --- sync tickets answered by the journal's committer ------------------ */
+
+/* rb_sync_answered reads sync_done and sync_failed without the lock
+ * (the kernel target waits that way), so whoever answers a ticket must
+ * store them atomically: the journal's committer too.  Polled from
+ * here while the committer answers; a plain store is a data race that
+ * ThreadSanitizer reports (the ordinary build only checks the answer).
+ */
+struct flusher_job {
+  struct fx *f;
+  int id;
+  uint8_t *bufs[25];
+};
+
+/* Write a chunk of its own and FLUSH, 25 times: FLUSHes on several
+ * threads commit on their own thread or share another's commit.
+ */
+static gpointer
+flusher_job_main (gpointer arg)
+{
+  struct flusher_job *j = arg;
+  int i;
+
+  for (i = 0; i < 25; i++) {
+    uint64_t off = (uint64_t) (16 + j->id) * CHUNK;
+    if (rb_pwrite (j->f->rb, j->bufs[i], CHUNK, off, 0) == -1 ||
+        rb_flush (j->f->rb) == -1)
+      g_error ("journal: write and FLUSH on thread %d: %s", j->id,
+               rb_get_error ());
+  }
+  return NULL;
+}
+
+static void
+test_journal_sync_answered (void)
+{
+  g_autofree char *jpath = NULL;
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true, .store.tls_verify_peer = -1 };
+  struct fx f;
+  int i, fd;
+
+  jpath = g_strdup_printf ("%s/ramback-interleave-journal-%d",
+                           g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
+                           : "/var/tmp", (int) getpid ());
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, 4 * MiB), ==, 0);
+  close (fd);
+  f.r = g_rand_new_with_seed (97);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  c.journal = jpath;
+  f.rb = rb_open (&c);
+  if (f.rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  for (i = 0; i < 20; i++) {
+    g_autofree uint8_t *buf = fx_random (&f, CHUNK);
+    uint64_t t;
+    int r;
+
+    fx_write (&f, buf, CHUNK, (uint64_t) (i % 16) * CHUNK, 0);
+    t = rb_sync_request (f.rb);
+    while ((r = rb_sync_answered (f.rb, t)) == 0)
+      g_usleep (100);
+    if (r != 1)
+      g_error ("journal: sync ticket %" PRIu64 " failed", t);
+  }
+  {
+    struct flusher_job jobs[4];
+    GThread *th[4];
+    int k, n;
+
+    for (k = 0; k < 4; k++) {
+      jobs[k] = (struct flusher_job) { .f = &f, .id = k };
+      for (n = 0; n < 25; n++)
+        jobs[k].bufs[n] = fx_random (&f, CHUNK);
+      memcpy (f.model + (uint64_t) (16 + k) * CHUNK, jobs[k].bufs[24],
+              CHUNK);
+    }
+    for (k = 0; k < 4; k++)
+      th[k] = g_thread_new ("flush", flusher_job_main, &jobs[k]);
+    for (k = 0; k < 4; k++) {
+      g_thread_join (th[k]);
+      for (n = 0; n < 25; n++)
+        g_free (jobs[k].bufs[n]);
+    }
+  }
+  /* A sync answers once the journal holds it; the store has it in
+   * place after the close.
+   */
+  fx_check_ram (&f, "sync tickets answered by the journal");
+  g_assert_cmpint (rb_close (f.rb), ==, 0);
+  ts_assert_durable (f.ts, f.model, "sync tickets answered by the journal");
+  ts_free (f.ts);
+  g_free (f.model);
+  g_rand_free (f.r);
+  unlink (jpath);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -1281,5 +1387,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sector-store-fails", test_sector_store_fails);
   g_test_add_func ("/interleave/sector-zero-then-write",
                    test_sector_zero_then_write);
+  g_test_add_func ("/interleave/journal-sync-answered",
+                   test_journal_sync_answered);
   return g_test_run ();
 }

@@ -1,5 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback plugin: parameters (config.h). */
+/* ramback plugin and filter: parsing of the parameters (params.h).
+ *
+ * Each key=value becomes a field of ramback_params.  A value is refused
+ * here only when the field cannot hold it (not a number, negative, 0
+ * where 0 means "not given", too large for the field); its range and the
+ * rules between parameters are lib's (rb_config_check in lib/config.c),
+ * checked after every key and again when the parameters are complete.
+ */
 
 #include <config.h>
 
@@ -20,8 +27,9 @@ struct rb_config ramback_params = {
 };
 const char *ramback_control_path;
 bool ramback_trace;
-static bool resume_given;
-static bool commit_interval_given;
+/* The plugin's and the filter's default flush-delay= applies unless one
+ * is given (ramback_config_check).
+ */
 static bool flush_delay_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
@@ -45,15 +53,16 @@ once (const char *key)
   return 0;
 }
 
+/* Sizes and rates: 0 means "not given" (unlimited, the default). */
 static int
-parse_size (const char *key, const char *value, uint64_t min, uint64_t *out)
+parse_size (const char *key, const char *value, uint64_t max, uint64_t *out)
 {
   int64_t r = nbdkit_parse_size (value);
 
   if (r == -1)
     return -1;                  /* nbdkit_parse_size printed the error */
-  if ((uint64_t) r < min) {
-    nbdkit_error ("%s=%s: must be at least %" PRIu64, key, value, min);
+  if (r < 1 || (uint64_t) r > max) {
+    nbdkit_error ("%s=%s: must be from 1 to %" PRIu64, key, value, max);
     return -1;
   }
   *out = r;
@@ -71,17 +80,18 @@ parse_bool (const char *key, const char *value, bool *out)
   return 0;
 }
 
+/* min is 1 where 0 means "not given", else 0. */
 static int
-parse_int (const char *key, const char *value, int min, int max, int *out)
+parse_int (const char *key, const char *value, int min, int *out)
 {
   char *end;
   long v;
 
   errno = 0;
   v = strtol (value, &end, 10);
-  if (errno || end == value || *end || v < min || v > max) {
-    nbdkit_error ("%s=%s: expected a whole number from %d to %d",
-                  key, value, min, max);
+  if (errno || end == value || *end || v < min || v > INT_MAX) {
+    nbdkit_error ("%s=%s: expected a whole number of at least %d",
+                  key, value, min);
     return -1;
   }
   *out = (int) v;
@@ -103,16 +113,14 @@ parse_choice (const char *key, const char *value, const char *a,
   return 0;
 }
 
-int
-ramback_config_key (const char *key, const char *value)
+static int
+parse_key (const char *key, const char *value)
 {
   struct rb_config *c = &ramback_params;
   uint64_t u;
   int i;
   bool b;
 
-  if (once (key) == -1)
-    return -1;
   if (strcmp (key, "back") == 0) {
     /* Paths are made absolute: nbdkit changes directory to / later. */
     if (strstr (value, "://"))
@@ -132,29 +140,23 @@ ramback_config_key (const char *key, const char *value)
 
     errno = 0;
     d = strtod (value, &end);
-    if (errno || end == value || *end || !(d >= 0.01 && d <= 3600)) {
-      nbdkit_error ("commit-interval=%s: expected seconds from 0.01 to 3600 "
+    if (errno || end == value || *end || !(d * 1000 + 0.5 >= 1) ||
+        d * 1000 + 0.5 >= UINT32_MAX) {
+      nbdkit_error ("commit-interval=%s: expected seconds, more than 0 "
                     "(e.g. commit-interval=5 or 0.5)", value);
       return -1;
     }
     c->commit_interval_ms = d * 1000 + 0.5;
-    commit_interval_given = true;
   }
   else if (strcmp (key, "ram") == 0) {
     if ((c->ram = nbdkit_absolute_path (value)) == NULL)
       return -1;
   }
   else if (strcmp (key, "size") == 0)
-    return parse_size (key, value, 1, &c->size);
+    return parse_size (key, value, INT64_MAX, &c->size);
   else if (strcmp (key, "chunk") == 0) {
-    if (parse_size (key, value, 1, &u) == -1)
+    if (parse_size (key, value, UINT32_MAX, &u) == -1)
       return -1;
-    if (u < RB_MIN_CHUNK_SIZE || u > RB_MAX_CHUNK_SIZE || (u & (u - 1))) {
-      nbdkit_error ("chunk=%s: the chunk size must be a power of two from "
-                    "%d to %d bytes (e.g. chunk=64K)", value,
-                    RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
-      return -1;
-    }
     c->chunk_size = u;
   }
   else if (strcmp (key, "mode") == 0) {
@@ -168,11 +170,11 @@ ramback_config_key (const char *key, const char *value)
     c->fsync_wait = i;
   }
   else if (strcmp (key, "dirty-max") == 0) {
-    if (parse_size (key, value, 1, &c->dirty_max) == -1)
+    if (parse_size (key, value, INT64_MAX, &c->dirty_max) == -1)
       return -1;
   }
   else if (strcmp (key, "ups-window") == 0) {
-    if (parse_int (key, value, 1, 86400, &i) == -1)
+    if (parse_int (key, value, 1, &i) == -1)
       return -1;
     c->ups_window = i;
   }
@@ -182,8 +184,8 @@ ramback_config_key (const char *key, const char *value)
 
     errno = 0;
     d = strtod (value, &end);
-    if (errno || end == value || *end ||
-        !(d >= 0 && d <= RB_MAX_FLUSH_DELAY_MS / 1000)) {
+    if (errno || end == value || *end || !(d >= 0) ||
+        d * 1000 + 0.5 >= UINT32_MAX) {
       nbdkit_error ("flush-delay=%s: expected seconds from 0 to %d "
                     "(e.g. flush-delay=5 or 0.5)", value,
                     RB_MAX_FLUSH_DELAY_MS / 1000);
@@ -193,9 +195,9 @@ ramback_config_key (const char *key, const char *value)
     flush_delay_given = true;
   }
   else if (strcmp (key, "populate-rate") == 0)
-    return parse_size (key, value, 1, &c->populate_rate);
+    return parse_size (key, value, INT64_MAX, &c->populate_rate);
   else if (strcmp (key, "flush-rate") == 0)
-    return parse_size (key, value, 1, &c->flush_rate);
+    return parse_size (key, value, INT64_MAX, &c->flush_rate);
   else if (strcmp (key, "populate") == 0)
     return parse_bool (key, value, &c->populate);
   else if (strcmp (key, "resume") == 0) {
@@ -209,7 +211,7 @@ ramback_config_key (const char *key, const char *value)
       nbdkit_error ("resume=%s: expected auto, discard or force", value);
       return -1;
     }
-    resume_given = true;
+    c->resume_set = true;
   }
   else if (strcmp (key, "direct-io") == 0) {
     if (strcmp (value, "auto") == 0)
@@ -248,11 +250,11 @@ ramback_config_key (const char *key, const char *value)
     c->store.tls_verify_peer = b;
   }
   else if (strcmp (key, "connections") == 0)
-    return parse_int (key, value, 1, 64, &c->store.connections);
+    return parse_int (key, value, 1, &c->store.connections);
   else if (strcmp (key, "inflight") == 0)
-    return parse_int (key, value, 1, 1024, &c->store.max_inflight);
+    return parse_int (key, value, 1, &c->store.max_inflight);
   else if (strcmp (key, "request-timeout") == 0)
-    return parse_int (key, value, 0, 86400, &c->store.request_timeout);
+    return parse_int (key, value, 0, &c->store.request_timeout);
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);
@@ -261,27 +263,32 @@ ramback_config_key (const char *key, const char *value)
   return 0;
 }
 
-/* What both forms check: the plugin's back= and the store options come
- * on top of it (ramback_config_check), the filter's own on top of it in
- * the filter form.
- */
+/* lib's verdict on ramback_params, as nbdkit's error. */
+static int
+check (unsigned flags)
+{
+  if (rb_config_check (&ramback_params, flags) == 0)
+    return 0;
+  nbdkit_error ("%s", rb_get_error ());
+  return -1;
+}
+
 int
-ramback_config_check_common (void)
+ramback_config_key (const char *key, const char *value)
+{
+  if (once (key) == -1 || parse_key (key, value) == -1)
+    return -1;
+  /* The value's range now, so that the error names the key at once. */
+  return check (RB_CHECK_VALUES);
+}
+
+int
+ramback_config_check (unsigned flags)
 {
   struct rb_config *c = &ramback_params;
 
-  if (resume_given && c->ram == NULL) {
-    nbdkit_error ("resume= only applies with ram=PATH (an image in "
-                  "anonymous memory does not outlive ramback): add ram= "
-                  "or remove resume=");
+  if (check (RB_CHECK_ALL | flags) == -1)
     return -1;
-  }
-  if (c->flush_delay_ms && c->journal) {
-    nbdkit_error ("flush-delay= does not apply with journal= (the journal "
-                  "commits on its own interval, commit-interval=): remove "
-                  "one of them");
-    return -1;
-  }
   /* A journal commits on its own interval (commit-interval=). */
   if (!flush_delay_given && c->journal == NULL)
     c->flush_delay_ms = RB_DEFAULT_FLUSH_DELAY_MS;
@@ -289,54 +296,6 @@ ramback_config_check_common (void)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
   return 0;
-}
-
-int
-ramback_config_check (void)
-{
-  struct rb_config *c = &ramback_params;
-
-  if (c->store.uri == NULL) {
-    nbdkit_error ("the back= parameter is required: the backing file, "
-                  "block device or nbd:// URI that holds the data");
-    return -1;
-  }
-  if (c->size && strstr (c->store.uri, "://")) {
-    nbdkit_error ("size= only applies to a backing file (an NBD export "
-                  "has its own size)");
-    return -1;
-  }
-  if (!rb_store_is_nbd_uri (c->store.uri)) {
-    /* They would be ignored: say so rather than run without them. */
-    const char *nbd_only =
-      c->store.tls_certificates ? "tls-certificates" :
-      c->store.tls_psk_file ? "tls-psk" :
-      c->store.tls_username ? "tls-username" :
-      c->store.tls_verify_peer != -1 ? "tls-verify" :
-      c->store.connections ? "connections" :
-      c->store.max_inflight ? "inflight" :
-      c->store.request_timeout ? "request-timeout" : NULL;
-
-    if (nbd_only) {
-      nbdkit_error ("%s= only applies to an NBD backing store (back=nbd://, "
-                    "nbds://, nbd+unix://...), and back=%s is a file or "
-                    "device: remove %s=", nbd_only, c->store.uri, nbd_only);
-      return -1;
-    }
-  }
-  if (commit_interval_given && c->journal == NULL) {
-    nbdkit_error ("commit-interval= only applies with journal= (without a "
-                  "journal there are no commits): add journal= or remove "
-                  "commit-interval=");
-    return -1;
-  }
-  if (c->journal && strcmp (c->journal, c->store.uri) == 0) {
-    nbdkit_error ("journal=%s is the backing store itself: the journal "
-                  "needs a store of its own (another file, device or "
-                  "export, ideally on another disk)", c->journal);
-    return -1;
-  }
-  return ramback_config_check_common ();
 }
 
 /* nbdkit_absolute_path() results are freed by nbdkit; nothing of ours
@@ -347,8 +306,6 @@ ramback_config_free (void)
 {
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
-  resume_given = false;
-  commit_interval_given = false;
   flush_delay_given = false;
   nseen = 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback plugin: parsing of the nbdkit command line parameters into a
- * struct rb_config.  Owns the parameter globals; nothing else parses.
+ * struct rb_config.  Owns the parameter globals; nothing else parses,
+ * and lib judges (rb_config_check).
  */
 
 #ifndef RAMBACK_PLUGIN_PARAMS_H
@@ -13,8 +14,10 @@ extern const char *ramback_control_path;
 extern bool ramback_trace;
 
 extern int ramback_config_key (const char *key, const char *value);
-extern int ramback_config_check (void);
-extern int ramback_config_check_common (void);
+/* All parameters given: lib's rules for them (RB_CHECK_ALL), and the
+ * form's: RB_CHECK_URI_STORE (the plugin) or RB_CHECK_FILTER.
+ */
+extern int ramback_config_check (unsigned flags);
 extern void ramback_config_free (void);
 
 /* The pacing parameters, the same in the plugin and the filter. */

@@ -5,7 +5,8 @@
  * core is lib/.
  *
  * Lifecycle (nbdkit 1.32):
- *   .config / .config_complete  parse and check parameters (params.c)
+ *   .config / .config_complete  parse parameters (params.c); lib checks
+ *                               them (rb_config_check, lib/config.c)
  *   .get_ready                  open the store, allocate RAM, bind the
  *                               control socket: every error on bad input
  *                               surfaces here, before nbdkit forks
@@ -55,7 +56,7 @@ ramback_config (const char *key, const char *value)
 static int
 ramback_config_complete (void)
 {
-  return ramback_config_check ();
+  return ramback_config_check (RB_CHECK_URI_STORE);
 }
 
 static int

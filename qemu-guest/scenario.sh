@@ -208,9 +208,10 @@ case $name in
     done
     g_kill9 "$rb_pid" "$cut_qpid"
     g_has_mark cut synced-a || die "part a was not synced before the cut"
-    if g_has_mark cut untar-b-done; then
-      die "the untar had finished before the power cut"
-    fi
+    # A loaded host may poll late: then the guest had finished part b
+    # and was extracting it again, still writing and flushing.
+    g_has_mark cut untar-b-done &&
+      say "part b was complete before the cut; the cut hit its re-extraction"
     # Every bsync line in the log was printed after its sync completed,
     # so before the cut; the last one covers the most.
     bsynced=$(bsynced_entries)

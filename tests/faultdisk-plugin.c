@@ -521,8 +521,8 @@ do_store (enum op op, const void *buf, uint32_t count, uint64_t offset)
   if (r == -1) {
     int err = errno;
 
-    nbdkit_error ("%s of %" PRIu32 " at %" PRIu64 ": %s", op_names[op],
-                  count, offset, strerror (err));
+    nbdkit_error ("%s of %" PRIu32 " at %" PRIu64 ": %m", op_names[op],
+                  count, offset);
     nbdkit_set_error (err);
   }
   return r;
@@ -606,7 +606,8 @@ fd_flush (void *h, uint32_t flags)
  out:
   pthread_mutex_unlock (&lock);
   if (err) {
-    nbdkit_error ("flush: %s", strerror (err));
+    errno = err;
+    nbdkit_error ("flush: %m");
     nbdkit_set_error (err);
     return -1;
   }

@@ -169,6 +169,16 @@ class Control (rbctl.Control):
     def sync (self, timeout_ms=None):
         self ("sync" if timeout_ms is None else "sync %d" % timeout_ms)
 
+    def status_no_errors (self, what):
+        """The status, after checking that no store request and no sync
+        has failed (store_errors, sync_errors)."""
+        st = self.status ()
+        if st["store_errors"] or st["sync_errors"]:
+            fail ("%s: store_errors=%d sync_errors=%d, last_error %r"
+                  % (what, st["store_errors"], st["sync_errors"],
+                     st["last_error"]))
+        return st
+
     def wait_for (self, pred, timeout=30.0, what="condition"):
         """Poll status until pred(status) is true; return that status."""
         deadline = time.monotonic () + timeout

@@ -70,6 +70,5 @@ start_rb d -- back="$b" ram="$ram" resume=discard
 [ "$(status_field "$d_ctl" image_source)" = populated ] ||
     fail "resume=discard: image_source $(status_field "$d_ctl" image_source)"
 ctl "$d_ctl" wait-populated 60000 >/dev/null
-nbdcopy "$d_uri" "$TMP/d.img"
-stop_rb_same d "$TMP/d.img" "$b"
+stop_rb_image d "$b"
 echo "ok: refused in front of another file; resume=discard populates from it"

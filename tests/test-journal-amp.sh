@@ -53,13 +53,8 @@ EOP
 }
 
 bad=0
-amp uniform --random_distribution=random || bad=1
-amp zipf --random_distribution=zipf:1.2 || bad=1
-
-nbdcopy "$rb_uri" "$TMP/ram.img"
-stop_rb rb
-assert_same "$back" "$TMP/ram.img" ||
-    fail "the backing file is not the RAM image"
+uniform_and_zipf amp || bad=1
+stop_rb_image rb "$back" || fail "the backing file is not the RAM image"
 [ "$bad" = 0 ] || fail "journal amplification over 1.5"
 
 truncate -s 2M "$TMP/small.img"
@@ -73,9 +68,7 @@ fio --name=small --ioengine=nbd --uri="$sm_uri" --iodepth=8 \
 commits=$(status_field "$sm_ctl" journal_commits)
 throttled=$(status_field "$sm_ctl" throttled)
 echo "small journal: 1024 writes, $commits commits, $throttled throttled"
-nbdcopy "$sm_uri" "$TMP/ram.img"
-stop_rb sm
-assert_same "$back" "$TMP/ram.img" ||
+stop_rb_image sm "$back" ||
     fail "small journal: the backing file is not the RAM image"
 [ "$commits" -le 8 ] ||
     fail "small journal: $commits commits for 1024 writes of 4 KiB (> 8)"

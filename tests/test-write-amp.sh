@@ -38,12 +38,8 @@ EOP
 }
 
 bad=0
-amp uniform --random_distribution=random || bad=1
-amp zipf --random_distribution=zipf:1.2 || bad=1
-
-nbdcopy "$rb_uri" "$TMP/ram.img"
-stop_rb rb
-assert_same "$back" "$TMP/ram.img" || fail "the backing file is not the RAM image"
+uniform_and_zipf amp || bad=1
+stop_rb_image rb "$back" || fail "the backing file is not the RAM image"
 [ "$bad" = 0 ] || fail "write amplification over 1.5"
 
 # Sequential writes still go out as large requests: 4 MiB written as
@@ -82,7 +78,5 @@ last=$(every_other $((8 << 20)) 7); echo "7 of 16 sectors: $last"
 last=$(every_other $((16 << 20)) 8); echo "8 of 16 sectors: $last"
 [[ $last == *"flush: 1 runs, 1 requests, 65536 bytes" ]] ||
     fail "8 of 16 sectors dirty: '$last', not the whole chunk in one request"
-nbdcopy "$seq_uri" "$TMP/ram.img"
-stop_rb seq
-assert_same "$back" "$TMP/ram.img" ||
+stop_rb_image seq "$back" ||
     fail "the backing file is not the RAM image after the chunk tests"

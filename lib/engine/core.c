@@ -30,25 +30,6 @@
 #define FLUSH_BW_TAU_DOWN_S 1.0
 
 static int
-check_config (const struct rb_config *c)
-{
-  uint32_t cs = c->chunk_size ? c->chunk_size : RB_DEFAULT_CHUNK_SIZE;
-
-  if (!rb_is_power_of_2 (cs) || cs < RB_MIN_CHUNK_SIZE ||
-      cs > RB_MAX_CHUNK_SIZE) {
-    rb_set_error (EINVAL, "chunk=%" PRIu32 ": the chunk size must be a "
-                  "power of two from %d to %d bytes", cs,
-                  RB_MIN_CHUNK_SIZE, RB_MAX_CHUNK_SIZE);
-    return -1;
-  }
-  if (c->mode != RB_MODE_WRITEBACK && c->mode != RB_MODE_WRITETHROUGH) {
-    rb_set_error (EINVAL, "mode: must be writeback or writethrough");
-    return -1;
-  }
-  return 0;
-}
-
-static int
 copy_config (struct rb *rb, const struct rb_config *c)
 {
   rb->cfg = *c;
@@ -63,17 +44,6 @@ copy_config (struct rb *rb, const struct rb_config *c)
   }
   if (rb->cfg.chunk_size == 0)
     rb->cfg.chunk_size = RB_DEFAULT_CHUNK_SIZE;
-  if (rb->cfg.flush_delay_ms > RB_MAX_FLUSH_DELAY_MS) {
-    rb_set_error (EINVAL, "flush-delay: %" PRIu32 " ms, at most %d",
-                  rb->cfg.flush_delay_ms, RB_MAX_FLUSH_DELAY_MS);
-    return -1;
-  }
-  if (rb->cfg.flush_delay_ms && rb->cfg.journal) {
-    rb_set_error (EINVAL, "flush-delay= does not apply with journal= (the "
-                  "journal commits on its own interval, commit-interval=): "
-                  "remove one of them");
-    return -1;
-  }
   return 0;
 }
 
@@ -98,7 +68,10 @@ rb_open (const struct rb_config *config)
   struct rb *rb;
   struct rb_store_params sp;
 
-  if (check_config (config) == -1)
+  /* The rules the plugin and the filter apply (config.c), for every
+   * embedder: the store's own rules are rb_store_open()'s.
+   */
+  if (rb_config_check (config, RB_CHECK_ALL) == -1)
     return NULL;
   rb = calloc (1, sizeof *rb);
   if (rb == NULL) {

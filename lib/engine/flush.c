@@ -717,13 +717,9 @@ rb_flusher_stop (struct rb *rb)
     /* Nobody sweeps any more: answer every sync still waiting. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
-    if (chunkmap_dirty (&rb->map) == 0 && rb->unsynced.len == 0)
-      rb_atomic_store (&rb->sync_done, rb->sync_requested);
-    else {
-      rb_atomic_store (&rb->sync_failed, rb->sync_requested);
-      rb->sync_errno = EIO;
-    }
-    rb_cond_broadcast (&rb->sync_cond);
+    rb_sync_answer_locked (rb, rb->sync_requested,
+                           chunkmap_dirty (&rb->map) == 0 &&
+                           rb->unsynced.len == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
     rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",
@@ -882,6 +878,20 @@ rb_redirty (struct rb *rb, uint64_t offset, uint64_t count)
   chunkmap_move (&rb->map, c0, c1 - c0 + 1,
                  CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   rb_flusher_kick (rb);
+}
+
+void
+rb_sync_answer_locked (struct rb *rb, uint64_t target, int err)
+{
+  if (err == 0) {
+    if (target > rb->sync_done)
+      rb_atomic_store (&rb->sync_done, target);
+  }
+  else if (target > rb->sync_failed) {
+    rb_atomic_store (&rb->sync_failed, target);
+    rb->sync_errno = err;
+  }
+  rb_cond_broadcast (&rb->sync_cond);
 }
 
 uint64_t

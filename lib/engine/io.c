@@ -449,7 +449,7 @@ journal_write (struct rb *rb, const struct req *r)
   if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
     ret = rb->jops->wait_applied (rb);
   else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
-    ret = rb_sync (rb, -1);
+    ret = rb->jops->sync (rb);
   return ret;
 }
 
@@ -644,5 +644,7 @@ rb_flush (struct rb *rb)
       rb->jops->request_commit (rb);
     return 0;
   }
+  if (rb->jops)
+    return rb->jops->sync (rb);
   return rb_sync (rb, -1);
 }

@@ -31,7 +31,7 @@
  *               ZERO, CRC-32C of the extent's data), then the CRC-32C of
  *               everything before it; padded to desc_len, which ends on
  *               a 4096-byte boundary of the area (desc_len_at; the
- *               padding is not written)
+ *               padding is not written, or written as zeroes)
  *   data        the DATA extents' bytes, in order, padded to data_len
  *               (512 multiple): it starts 4 KiB aligned in the store
  *               (the area's start and size are 4 KiB multiples) and
@@ -42,7 +42,9 @@
  *
  * The data is written first (as it is captured), then the descriptor
  * (with the data's CRCs) and the commit block, then the journal is
- * synced once:
+ * synced once; a small transaction (RBJ_WHOLE_MAX) goes in one write
+ * instead, descriptor to commit block, padding included, then the
+ * sync: the same bytes, one request.  Either way:
  * it is committed when its commit block is durable, and it counts only
  * if every CRC checks (a power cut may keep any subset of the blocks,
  * torn ones included).  Sequence numbers are consecutive.
@@ -504,9 +506,12 @@ rbj_write (struct rb_journal *j, uint64_t pos, const void *buf, uint64_t len)
   return 0;
 }
 
-int
-rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
-            uint64_t *start, uint64_t *len)
+/* The descriptor (and, with 'whole', the data and the commit block in
+ * one buffer), written in one request for a small transaction.
+ */
+static int
+commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
+        bool whole, uint64_t *start, uint64_t *len)
 {
   static const uint8_t zeroes[RBJ_BLOCK];
   uint64_t desc_len = desc_len_at (j->head, n), data = 0, data_len, total;
@@ -526,12 +531,12 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   data_len = align_up (data);
   total = desc_len + data_len + RBJ_BLOCK;
 
-  desc = rbj_alloc (desc_used);
+  desc = rbj_alloc (whole ? total : desc_used);
   if (desc == NULL) {
     rb_set_error (errno, "journal %s: out of memory", j->name);
     return -1;
   }
-  memset (desc, 0, desc_used);
+  memset (desc, 0, whole ? total : desc_used);
   h = (struct rbj_desc_hdr *) desc;
   h->magic = htole32 (DESC_MAGIC);
   h->nextents = htole32 (n);
@@ -563,14 +568,28 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   memcpy (block, &c, sizeof c);
 
   /* The descriptor, the data's padding and the commit block; then one
-   * sync makes the whole transaction durable.
+   * sync makes the whole transaction durable.  Whole: everything from
+   * the descriptor to the commit block (the padding as zeroes) in one
+   * write, one request to the store (two where the area wraps).
    */
-  k += area_io (j, RB_IO_WRITE, j->head, desc, desc_used, io + k);
-  if (data_len > data)
+  if (whole) {
+    uint8_t *p = desc + desc_len;
+    for (i = 0; i < n; i++)
+      if (x[i].kind == RBJ_DATA) {
+        memcpy (p, x[i].data, x[i].length);
+        p += x[i].length;
+      }
+    memcpy (desc + total - RBJ_BLOCK, block, RBJ_BLOCK);
+    k += area_io (j, RB_IO_WRITE, j->head, desc, total, io + k);
+  }
+  else
+    k += area_io (j, RB_IO_WRITE, j->head, desc, desc_used, io + k);
+  if (!whole && data_len > data)
     k += area_io (j, RB_IO_WRITE, j->head + desc_len + data,
                   (void *) zeroes, data_len - data, io + k);
-  k += area_io (j, RB_IO_WRITE, j->head + desc_len + data_len, block,
-                RBJ_BLOCK, io + k);
+  if (!whole)
+    k += area_io (j, RB_IO_WRITE, j->head + desc_len + data_len, block,
+                  RBJ_BLOCK, io + k);
   if (submit_all (j, io, k) == -1)
     return -1;
   if (j->store->ops->flush (j->store) == -1) {
@@ -586,6 +605,20 @@ rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
   }
   j->next_seq++;
   return 0;
+}
+
+int
+rbj_commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
+            uint64_t *start, uint64_t *len)
+{
+  return commit (j, x, n, false, start, len);
+}
+
+int
+rbj_commit_whole (struct rb_journal *j, const struct rbj_extent *x, size_t n,
+                  uint64_t *start, uint64_t *len)
+{
+  return commit (j, x, n, true, start, len);
 }
 
 void

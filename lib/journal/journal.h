@@ -88,6 +88,10 @@ extern uint64_t rbj_txn_bytes (size_t nextents, uint64_t data_bytes);
  * journal: when it returns 0 the transaction is committed, and
  * *start, *len say where it is, for rbj_retire.  On failure nothing is
  * committed and the next append reuses the same place and sequence.
+ * rbj_commit_whole is rbj_commit for data not written yet: the
+ * descriptor, the data and the commit block go in one write (a copy:
+ * for transactions of up to RBJ_WHOLE_MAX bytes of data), then the
+ * sync.
  */
 extern int rbj_begin (struct rb_journal *j, size_t n, uint64_t data_bytes,
                       uint64_t *data_pos);
@@ -95,6 +99,10 @@ extern int rbj_write (struct rb_journal *j, uint64_t pos, const void *buf,
                       uint64_t len);
 extern int rbj_commit (struct rb_journal *j, const struct rbj_extent *x,
                        size_t n, uint64_t *start, uint64_t *len);
+extern int rbj_commit_whole (struct rb_journal *j,
+                             const struct rbj_extent *x, size_t n,
+                             uint64_t *start, uint64_t *len);
+#define RBJ_WHOLE_MAX (128 * 1024)
 extern uint64_t rbj_next_seq (const struct rb_journal *j);
 
 /* The transactions up to 'seq', the one at [start, start+len), are on

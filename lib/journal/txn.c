@@ -12,7 +12,11 @@
  * place) makes a commit point when a client FLUSH waits for one (a
  * sync ticket, flush.c), when asked (a FLUSH with fsync=ignore, a
  * throttled writer), when the oldest uncommitted write is
- * commit-interval= old, and at a clean stop.  At the commit point it
+ * commit-interval= old, and at a clean stop.  A FLUSH with fsync=wait
+ * makes it on its own thread instead when no commit is in progress
+ * (rb_txn_sync); 'committing' lets one thread at a time commit, so
+ * everything below is done by "the committer", whichever thread that
+ * is.  At the commit point it
  * holds the write gate exclusively: no application write is between
  * its start and its end, so "written before T" and "written after T"
  * is a clean cut.  Under the gate, every DIRTY and ZERO chunk becomes
@@ -42,7 +46,17 @@
  * block, and the journal is synced (journal.c): N is committed, and the
  * FLUSHes that asked for it (their tickets were issued before T) are
  * acknowledged.  fsync=wait therefore costs one sequential append and
- * one journal sync.
+ * one journal sync; a small transaction (up to RBJ_WHOLE_MAX of data,
+ * an fsync-heavy load's) is captured first and appended in one write,
+ * descriptor, data and commit block together (every extent has its
+ * CRC, so the order of the blocks on the disk does not matter).  The
+ * FLUSHes that arrive while N is being synced take tickets above N's
+ * target and share the next commit point (group commit): one append
+ * and one sync for all of them (the first of them to see no commit in
+ * progress commits on its own thread).  Neither thread is woken for nothing:
+ * a write does not wake the committer (it wakes once an interval
+ * anyway), and a commit wakes the applier only when it has something
+ * to do (an empty queue filled, a quarter of the journal used).
  *
  * The buffer is page aligned (rbj_alloc), and so is each run's data in
  * it when chunks are, so the journal append and the in-place writes can
@@ -92,7 +106,7 @@
  * CLEAN at the commit point, and retired once its transaction is
  * committed in the journal (a start replays the journal onto the
  * backing store before it resumes the RAM image).  The committer does
- * both, so no newer commit point can interleave.
+ * both, one commit at a time, so no newer commit point can interleave.
  *
  * Locking (lock order: gate, then cap_lock; rb->lock never held while
  * taking the gate or cap_lock, and neither held across I/O except
@@ -109,7 +123,8 @@
  *   sector bits (chunkmap.h)  taken (cleared) only under the gate held
  *              exclusively (take_chunks); writers set them under the
  *              gate held shared, before they move their chunks.
- *   queue, commit_now, applied_target, apply_failed  [rb->lock]
+ *   queue, commit_now, committing, applied_target, apply_failed
+ *              [rb->lock]
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
  *   reserved, jused, counters  [atomic]
@@ -180,6 +195,10 @@ struct rb_txns {
 
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
   bool commit_now;              /* [rb->lock] */
+  bool committing;              /* [rb->lock] a thread is in commit_one
+                                   (the committer, or a FLUSH's own) */
+  bool committer_blocked;       /* [rb->lock] the committer waits for
+                                   'committing' to clear */
   bool apply_now;               /* [rb->lock] somebody waits for space
                                    or for the backing store: no delay */
   uint64_t queued_since;        /* [rb->lock] when the queue last
@@ -505,20 +524,19 @@ static void
 rb_txn_write_end (struct rb *rb, uint64_t reserved)
 {
   struct rb_txns *t = rb->txns;
-  bool first = false;
 
   rb_rwlock_unlock (&t->gate);
   rb_atomic_sub (&t->reserved, reserved);
+  /* The first write after a commit point starts the commit interval.
+   * The committer is not woken for it: it wakes at least once an
+   * interval (should_commit_locked), before this write's deadline.
+   */
   if (rb_atomic_load (&t->admit_waiters) ||
       !rb_atomic_load (&t->dirty_since)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0) {
+    if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
       rb_atomic_store (&t->dirty_since, rb_now_ns ());
-      first = true;
-    }
     rb_cond_broadcast (&rb->space_cond);
-    if (first)
-      rb_cond_signal (&rb->flusher_cond);
   }
 }
 
@@ -912,6 +930,19 @@ commit_one (struct rb *rb, uint64_t target)
       i = 0;
       goto failed;
     }
+    if (x->data_bytes <= RBJ_WHOLE_MAX) {
+      /* Small (an fsync-heavy load's): captured first, then one write
+       * and one sync.
+       */
+      capture_rest (rb, x, 0);
+      if (rbj_commit_whole (t->j, ext, x->nruns, &x->jstart,
+                            &x->jlen) == -1) {
+        i = x->nruns;
+        goto failed;
+      }
+      rb_atomic_sub (&t->jused, jlen - x->jlen);
+      goto committed;
+    }
     for (i = 0; i < x->nruns; i++) {
       if (x->runs[i].kind != CS_DIRTY)
         continue;
@@ -972,11 +1003,18 @@ commit_one (struct rb *rb, uint64_t target)
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    if (t->q_head == NULL)
+    bool was_empty = t->q_head == NULL;
+
+    if (was_empty)
       t->queued_since = rb_now_ns ();
     *t->q_tail = x;
     t->q_tail = &x->next;
-    rb_cond_signal (&t->applier_cond);
+    /* Wake the applier only for what it waits on (applier_main): a
+     * queue that was empty, or a quarter of the journal used; not for
+     * every commit while it lets them pile up.
+     */
+    if (was_empty || rb_atomic_load (&t->jused) >= t->capacity / 4)
+      rb_cond_signal (&t->applier_cond);
   }
   return 0;
 
@@ -992,18 +1030,23 @@ static void apply_list (struct rb *rb, struct txn *list);
 static struct txn *take_queue_locked (struct rb_txns *t);
 
 static bool
-should_commit_locked (struct rb *rb, uint64_t done, uint64_t *deadline)
+should_commit_locked (struct rb *rb, uint64_t *deadline)
 {
   struct rb_txns *t = rb->txns;
+  uint64_t now = rb_now_ns ();
 
-  *deadline = UINT64_MAX;
-  if (rb->stopping || t->commit_now || rb->sync_requested > done)
+  /* Idle, the committer still wakes once an interval: a write that
+   * starts the interval meanwhile (rb_txn_write_end does not wake it)
+   * has its deadline no earlier than that.
+   */
+  *deadline = now + t->interval_ns;
+  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
-    rb_atomic_store (&t->dirty_since, rb_now_ns ());  /* a redirty */
+    rb_atomic_store (&t->dirty_since, now);  /* a redirty */
   if (t->dirty_since) {
     *deadline = t->dirty_since + t->interval_ns;
-    return rb_now_ns () >= *deadline;
+    return now >= *deadline;
   }
   return false;
 }
@@ -1013,7 +1056,7 @@ committer_main (void *arg)
 {
   struct rb *rb = arg;
   struct rb_txns *t = rb->txns;
-  uint64_t backoff = BACKOFF_MIN_MS, done = 0;
+  uint64_t backoff = BACKOFF_MIN_MS;
 
   for (;;) {
     uint64_t target, deadline;
@@ -1021,19 +1064,29 @@ committer_main (void *arg)
 
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-      while (!should_commit_locked (rb, done, &deadline))
-        rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+      for (;;) {
+        bool go = should_commit_locked (rb, &deadline);
+        if (go && !t->committing)
+          break;
+        if (go) {
+          /* A FLUSH commits on its own thread (rb_txn_sync). */
+          t->committer_blocked = true;
+          rb_cond_wait (&rb->flusher_cond, &rb->lock);
+          t->committer_blocked = false;
+        }
+        else
+          rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+      }
+      t->committing = true;
       target = rb->sync_requested;
       t->commit_now = false;
     }
     r = commit_one (rb, target);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      t->committing = false;
       if (r == 0) {
-        done = target;
-        if (target > rb->sync_done)
-          rb->sync_done = target;
-        rb_cond_broadcast (&rb->sync_cond);
+        rb_sync_answer_locked (rb, target, 0);
         backoff = BACKOFF_MIN_MS;
         if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
           break;
@@ -1062,11 +1115,7 @@ committer_main (void *arg)
                             rb_now_ns () + 100 * UINT64_C (1000000));
         continue;
       }
-      if (target > rb->sync_failed) {
-        rb->sync_failed = target;
-        rb->sync_errno = errno ? errno : EIO;
-      }
-      rb_cond_broadcast (&rb->sync_cond);
+      rb_sync_answer_locked (rb, target, errno ? errno : EIO);
       if (rb->stopping)
         rb_warn ("clean stop: the journal cannot take the last %" PRIu64
                  " dirty chunks yet; retrying", chunkmap_dirty (&rb->map));
@@ -1080,6 +1129,67 @@ committer_main (void *arg)
     }
   }
   return NULL;
+}
+
+/* A FLUSH with fsync=wait (and a FUA write): answered once a commit
+ * point after its ticket is committed.  When no commit is in progress
+ * the caller makes it on its own thread, at its own priority: no
+ * hand-off to the committer and back, which at one FLUSH at a time
+ * costs more than the journal's sync on a busy machine.  FLUSHes that
+ * come while a commit runs wait for it, and one of them then commits
+ * for all (group commit).  If the journal has no room yet, or the
+ * server is stopping, the committer thread takes over.
+ */
+static int
+rb_txn_sync (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  uint64_t ticket;
+  bool own = true;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  if (!rb->flusher_running) {
+    rb_set_error (rb->stopping ? ESHUTDOWN : EINVAL,
+                  "sync: the journal's committer is not running");
+    return -1;
+  }
+  ticket = ++rb->sync_requested;
+  while (rb->sync_done < ticket && rb->sync_failed < ticket) {
+    uint64_t target;
+    int r, err;
+
+    if (!own || t->committing || rb->stopping) {
+      rb_cond_wait (&rb->sync_cond, &rb->lock);
+      continue;
+    }
+    t->committing = true;
+    target = rb->sync_requested;
+    t->commit_now = false;
+    rb_mutex_unlock (&rb->lock);
+    r = commit_one (rb, target);
+    err = errno ? errno : EIO;
+    rb_mutex_lock (&rb->lock);
+    t->committing = false;
+    if (t->committer_blocked)
+      rb_cond_signal (&rb->flusher_cond);
+    if (r == 0)
+      rb_sync_answer_locked (rb, target, 0);
+    else if (r == -1)
+      rb_sync_answer_locked (rb, target, err);
+    else {
+      /* No room in the journal yet: the committer waits for the
+       * applier to free some.
+       */
+      own = false;
+      hurry_locked (rb);
+    }
+  }
+  if (rb->sync_done >= ticket)
+    return 0;
+  rb_set_error (rb->sync_errno ? rb->sync_errno : EIO, "sync: the journal "
+                "could not commit the transaction (the data is kept in RAM "
+                "and will be retried)");
+  return -1;
 }
 
 /* ---- in place (the applier) ---- */
@@ -1383,13 +1493,8 @@ rb_txn_stop (struct rb *rb)
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
-    if (chunkmap_dirty (&rb->map) == 0)
-      rb->sync_done = rb->sync_requested;
-    else {
-      rb->sync_failed = rb->sync_requested;
-      rb->sync_errno = EIO;
-    }
-    rb_cond_broadcast (&rb->sync_cond);
+    rb_sync_answer_locked (rb, rb->sync_requested,
+                           chunkmap_dirty (&rb->map) == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
     rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",
@@ -1433,6 +1538,7 @@ static const struct rb_journal_ops journal_ops = {
   .write_begin = rb_txn_write_begin,
   .write_end = rb_txn_write_end,
   .request_commit = rb_txn_request_commit,
+  .sync = rb_txn_sync,
   .hurry = rb_txn_hurry,
   .wait_applied = rb_txn_wait_applied,
 };

@@ -101,7 +101,6 @@
 #include "store-nbd.h"
 
 static const struct rb_store_ops nbd_ops;
-static const struct rb_store_ops nbd_ops_no_extents;
 
 bool
 rb_store_is_nbd_uri (const char *uri)
@@ -257,6 +256,9 @@ nbd_store_take_suspects (struct rb_store *s, struct rb_store_range *out,
   return n;
 }
 
+/* Without base:allocation every byte counts as data, as when a store
+ * has no next_data (store.h).
+ */
 static int
 nbd_store_next_data (struct rb_store *s, uint64_t offset,
                      uint64_t *data, uint64_t *hole)
@@ -264,6 +266,11 @@ nbd_store_next_data (struct rb_store *s, uint64_t offset,
   struct nbd_store *st = s->handle;
   uint64_t pos = offset;
 
+  if (!st->block_status) {
+    *data = RB_MIN (offset, s->size);
+    *hole = s->size;
+    return 0;
+  }
   while (pos < s->size) {
     struct extents e = { .covered = 0, .data_start = UINT64_MAX };
     struct piece p = {
@@ -507,8 +514,6 @@ rb_store_nbd_open (const struct rb_store_params *params)
   st->max_request = MAX_REQUEST;
   if (maxb > 0 && (uint64_t) maxb < st->max_request)
     st->max_request = maxb;
-  if (!st->block_status)
-    st->s.ops = &nbd_ops_no_extents;
   if (!st->s.can_zero) {
     st->zero_buf = calloc (1, st->max_request);
     if (st->zero_buf == NULL) {
@@ -585,17 +590,6 @@ static const struct rb_store_ops nbd_ops = {
   .submit = nbd_store_submit,
   .flush = nbd_store_flush,
   .next_data = nbd_store_next_data,
-  .status = nbd_store_status,
-  .take_suspects = nbd_store_take_suspects,
-  .close = nbd_store_close,
-};
-
-/* Without base:allocation every byte counts as data (store.h). */
-static const struct rb_store_ops nbd_ops_no_extents = {
-  .name = "nbd",
-  .submit = nbd_store_submit,
-  .flush = nbd_store_flush,
-  .next_data = NULL,
   .status = nbd_store_status,
   .take_suspects = nbd_store_take_suspects,
   .close = nbd_store_close,
