@@ -10,7 +10,7 @@
 #
 #   bench/bench-local.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #                        [--runtime=SECONDS] [--repeat=N] [--no-sparse]
-#                        [--output=FILE] [--strict]
+#                        [--rb-args=ARGS] [--output=FILE] [--strict]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict), 1 if something failed to run, 2 on bad usage.
@@ -46,6 +46,9 @@ engine (2 connections), and measure drain and populate bandwidth.
                     /dev/shm if it is a tmpfs with room, else --dir)
   --no-sparse       skip the 1 TiB sparse drain test
   --only=LIST       run only these parts: fio, bw, sparse (comma separated)
+  --rb-args=ARGS    more parameters for the ramback of the fio jobs, space
+                    separated (e.g. --rb-args=flush-delay=0 to compare
+                    with prompt write back)
   --quick           smaller and shorter (a smoke test, about a minute)
   --output=FILE     also write the result tables to FILE
   --strict          exit 3 if any target is missed
@@ -55,6 +58,7 @@ EOF
 
 size=; runtime=; ramp=; repeat_fio=1; repeat_bw=; sparse=yes
 sparse_dirty=; sparse_dir=; backing_bs=1M; quick=no; output=; strict=no; keep=no; only=,fio,bw,sparse,
+rb_args=
 workroot=${TMPDIR:-/var/tmp}
 build=${RAMBACK_BUILD:-}
 
@@ -70,6 +74,7 @@ for arg in "$@"; do
         --no-sparse) sparse=no ;;
         --sparse-dir=*) sparse_dir=${arg#*=} ;;
         --only=*) only=,${arg#*=}, ;;
+        --rb-args=*) rb_args=${arg#*=} ;;
         *) bench_opt "$arg" ;;
     esac
 done
@@ -160,6 +165,7 @@ report=$WORK/report.txt
          "$(nproc) CPUs, $(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) >> 30 )) GiB RAM"
     echo "image $size on $fstype ($WORK), fio $(fio --version) nbd engine," \
          "2 connections, ${runtime}s per job (ramp ${ramp}s), median of $repeat_fio;"
+    [ -z "$rb_args" ] || echo "ramback of the fio jobs with: $rb_args"
     echo "page cache dropped before cold measurements: $can_drop;" \
          "load average at start: $load0, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
     if want fio; then echo; report_fio; fi

@@ -29,7 +29,8 @@ quiesce () {
 declare -A result
 if want fio; then
     log "starting ramback, memory, null and file servers"
-    start_server rb "$PLUGIN" back="$IMG" control="$WORK/rb.ctl"
+    # shellcheck disable=SC2086
+    start_server rb "$PLUGIN" back="$IMG" control="$WORK/rb.ctl" $rb_args
     wait_ctl "$WORK/rb.ctl"
     ctl "$WORK/rb.ctl" wait-populated
     start_server memory memory "$size_b"

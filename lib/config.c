@@ -75,9 +75,12 @@ check_values (const struct rb_config *c)
                     c->commit_interval_ms / 1000.0,
                     RB_MIN_COMMIT_INTERVAL_MS / 1000.0,
                     RB_MAX_COMMIT_INTERVAL_MS / 1000.0);
+  if (c->flush_delay_ms > RB_MAX_FLUSH_DELAY_MS)
+    return invalid ("flush-delay=%g: expected seconds from 0 to %d "
+                    "(e.g. flush-delay=5 or 0.5)",
+                    c->flush_delay_ms / 1000.0, RB_MAX_FLUSH_DELAY_MS / 1000);
   if ((c->ups_window &&
        in_range ("ups-window", c->ups_window, 1, RB_MAX_UPS_WINDOW) == -1) ||
-      in_range ("flush-delay", c->flush_delay, 0, RB_MAX_FLUSH_DELAY) == -1 ||
       (s->connections &&
        in_range ("connections", s->connections, 1, RB_MAX_CONNECTIONS) == -1) ||
       (s->max_inflight &&
@@ -144,7 +147,7 @@ check_together (const struct rb_config *c, unsigned flags)
     return invalid ("resume= only applies with ram=PATH (an image in "
                     "anonymous memory does not outlive ramback): add ram= "
                     "or remove resume=");
-  if (c->flush_delay && c->journal)
+  if (c->flush_delay_ms && c->journal)
     return invalid ("flush-delay= does not apply with journal= (the "
                     "journal commits on its own interval, commit-interval=): "
                     "remove one of them");

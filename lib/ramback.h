@@ -87,8 +87,8 @@ struct rb_config {
   uint64_t populate_rate;     /* bytes/s, 0: unlimited */
   uint64_t flush_rate;        /* bytes/s, 0: unlimited */
   unsigned ups_window;        /* seconds, 0: off */
-  unsigned flush_delay;       /* seconds dirty data may wait, 0: none
-                                 (at most RB_MAX_FLUSH_DELAY) */
+  uint32_t flush_delay_ms;    /* how long dirty data may wait, 0: none
+                                 (at most RB_MAX_FLUSH_DELAY_MS) */
   bool allow_overcommit;      /* allow a device larger than RAM */
   bool populate;              /* false: do not populate in background */
   enum rb_resume resume;
@@ -105,7 +105,11 @@ struct rb_config {
 #define RB_DEFAULT_CHUNK_SIZE 65536
 #define RB_DEFAULT_COMMIT_INTERVAL_MS 5000
 #define RB_MIN_CHUNK_SIZE 512
-#define RB_MAX_FLUSH_DELAY 60
+#define RB_MAX_FLUSH_DELAY_MS 60000
+/* The plugin's and the filter's flush-delay= when none is given (and
+ * no journal=); the library's own default, for embedders, is none.
+ */
+#define RB_DEFAULT_FLUSH_DELAY_MS 1000
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 #define RB_MIN_COMMIT_INTERVAL_MS 10
 #define RB_MAX_COMMIT_INTERVAL_MS 3600000
@@ -219,7 +223,7 @@ struct rb_stats {
   uint64_t dirty_max;         /* limit in force now (0: none) */
   uint64_t dirty_max_config;  /* dirty-max= */
   unsigned ups_window;        /* ups-window=, seconds */
-  unsigned flush_delay;       /* flush-delay=, seconds */
+  uint32_t flush_delay_ms;    /* flush-delay=, milliseconds */
   uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
   uint64_t populate_bandwidth;
   uint64_t flush_rate;        /* configured caps, 0: none */

@@ -40,7 +40,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->dirty_max = rb_atomic_load (&rb->dirty_limit);
   st->dirty_max_config = rb->cfg.dirty_max;
   st->ups_window = rb->cfg.ups_window;
-  st->flush_delay = rb->cfg.flush_delay;
+  st->flush_delay_ms = rb->cfg.flush_delay_ms;
   st->flush_bandwidth = rb_atomic_load (&rb->flush_bw.bps);
   st->populate_bandwidth = rb_atomic_load (&rb->populate_bw.bps);
   st->flush_rate = rb->cfg.flush_rate;
@@ -154,7 +154,7 @@ rb_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "dirty_max", K_U64, .u = st->dirty_max },
     { "dirty_max_config", K_U64, .u = st->dirty_max_config },
     { "ups_window", K_U64, .u = st->ups_window },
-    { "flush_delay", K_U64, .u = st->flush_delay },
+    { "flush_delay_ms", K_U64, .u = st->flush_delay_ms },
     { "flush_bandwidth", K_U64, .u = st->flush_bandwidth },
     { "populate_bandwidth", K_U64, .u = st->populate_bandwidth },
     { "drain_seconds", K_DBL, .d = drain },

@@ -571,10 +571,10 @@ static const struct {
 } config_cases[] = {
   { 0, { .commit_interval_ms = 1000 }, "commit-interval= only applies" },
   { 0, { .resume_set = true }, "resume= only applies with ram=" },
-  { 0, { .journal = "/nonexistent/j", .flush_delay = 5 },
+  { 0, { .journal = "/nonexistent/j", .flush_delay_ms = 5000 },
     "flush-delay= does not apply with journal=" },
   { 0, { .journal = NOFILE }, "is the backing store itself" },
-  { 0, { .flush_delay = 61 }, "flush-delay=61: expected a whole number "
+  { 0, { .flush_delay_ms = 61000 }, "flush-delay=61: expected seconds "
     "from 0 to 60" },
   { 0, { .chunk_size = 96 * 1024 }, "chunk=98304: the chunk size must be" },
   { 0, { .commit_interval_ms = 5 }, "commit-interval=0.005: expected" },

@@ -27,6 +27,10 @@ struct rb_config ramback_params = {
 };
 const char *ramback_control_path;
 bool ramback_trace;
+/* The plugin's and the filter's default flush-delay= applies unless one
+ * is given (ramback_config_check).
+ */
+static bool flush_delay_given;
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -175,9 +179,20 @@ parse_key (const char *key, const char *value)
     c->ups_window = i;
   }
   else if (strcmp (key, "flush-delay") == 0) {
-    if (parse_int (key, value, 0, &i) == -1)
+    char *end;
+    double d;
+
+    errno = 0;
+    d = strtod (value, &end);
+    if (errno || end == value || *end || !(d >= 0) ||
+        d * 1000 + 0.5 >= UINT32_MAX) {
+      nbdkit_error ("flush-delay=%s: expected seconds from 0 to %d "
+                    "(e.g. flush-delay=5 or 0.5)", value,
+                    RB_MAX_FLUSH_DELAY_MS / 1000);
       return -1;
-    c->flush_delay = i;
+    }
+    c->flush_delay_ms = d * 1000 + 0.5;
+    flush_delay_given = true;
   }
   else if (strcmp (key, "populate-rate") == 0)
     return parse_size (key, value, INT64_MAX, &c->populate_rate);
@@ -270,10 +285,13 @@ ramback_config_key (const char *key, const char *value)
 int
 ramback_config_check (unsigned flags)
 {
-  const struct rb_config *c = &ramback_params;
+  struct rb_config *c = &ramback_params;
 
   if (check (RB_CHECK_ALL | flags) == -1)
     return -1;
+  /* A journal commits on its own interval (commit-interval=). */
+  if (!flush_delay_given && c->journal == NULL)
+    c->flush_delay_ms = RB_DEFAULT_FLUSH_DELAY_MS;
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
@@ -288,5 +306,6 @@ ramback_config_free (void)
 {
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
+  flush_delay_given = false;
   nseen = 0;
 }

@@ -26,7 +26,7 @@ extern void ramback_config_free (void);
   "ups-window=SECONDS      Keep dirty data drainable in this time.\n" \
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
-  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 0).\n" \
+  "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 1).\n" \
   "populate=true|false     Populate in the background (default true).\n"
 
 #define ramback_config_help \

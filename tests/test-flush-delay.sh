@@ -34,8 +34,8 @@ dirty () { status_field "$rb_ctl" dirty_bytes; }
 # 1. A long delay: nothing goes out by itself during the test.
 start_rb rb back="$back" size="$size" fsync=wait flush-delay=30
 ctl "$rb_ctl" wait-populated 60000
-[ "$(status_field "$rb_ctl" flush_delay)" = 30 ] ||
-    fail "status json: flush_delay is not 30"
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 30000 ] ||
+    fail "status json: flush_delay_ms is not 30000"
 s0=$(stored)
 rewrite "$rb_uri" 65536 200 >/dev/null
 sleep 1
@@ -80,19 +80,32 @@ stop_rb rb
 (( $(date +%s) - t0 < 20 )) || fail "the clean stop waited for the delay"
 assert_same "$back" "$TMP/ram.img" || fail "stop: the backing file is not RAM"
 
-# 2. A short delay runs out by itself.
-start_rb rb back="$back" flush-delay=1
+# 2. A short delay, in fractions of a second, runs out by itself.
+start_rb rb back="$back" flush-delay=0.5
 ctl "$rb_ctl" wait-populated 60000
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 500 ] ||
+    fail "status json: flush_delay_ms is not 500"
 s0=$(stored)
 rewrite "$rb_uri" 65536 100 >/dev/null
 for (( i = 0; i < 100; i++ )); do
     [ "$(dirty)" = 0 ] && break
     sleep 0.1
 done
-[ "$(dirty)" = 0 ] || fail "flush-delay=1: still dirty after 10 s"
+[ "$(dirty)" = 0 ] || fail "flush-delay=0.5: still dirty after 10 s"
 grew=$(( $(stored) - s0 ))
-echo "flush-delay=1, 100 rewrites of one block: $grew bytes written back"
+echo "flush-delay=0.5, 100 rewrites of one block: $grew bytes written back"
 [ "$grew" -le $((2 * 4096)) ] || fail "100 rewrites cost $grew bytes"
+stop_rb rb
+
+# The default: 1 s, and none with journal= (it commits on its own).
+start_rb rb back="$back"
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 1000 ] ||
+    fail "the default flush_delay_ms is not 1000"
+stop_rb rb
+truncate -s 1M "$TMP/jd.img"
+start_rb rb back="$back" journal="$TMP/jd.img" chunk=64K
+[ "$(status_field "$rb_ctl" flush_delay_ms)" = 0 ] ||
+    fail "with journal=, flush_delay_ms is not 0"
 stop_rb rb
 
 # 3. The dirty limit: 8 MiB through a 1 MiB dirty-max= must not wait
@@ -113,5 +126,7 @@ stop_rb rb
 
 # 4. Bad values.
 expect_fail "flush-delay=61" "from 0 to 60" back="$back" flush-delay=61
+expect_fail "flush-delay=-1" "from 0 to 60" back="$back" flush-delay=-1
+expect_fail "flush-delay=1s" "from 0 to 60" back="$back" flush-delay=1s
 expect_fail "flush-delay with journal=" "flush-delay= does not apply with journal=" \
     back="$back" journal="$TMP/j.img" flush-delay=5

@@ -5,7 +5,8 @@
 # write-back, not a whole chunk each: stored_bytes / written_bytes
 # <= 1.5 for both.  Then the backing file must equal the RAM image
 # byte for byte (sector-sized write-back must not lose any write).
-# And sequential writes still go out as one large request.
+# And sequential writes still go out as one large request, as does a
+# chunk with half or more of its sectors dirty.
 
 source "$top_builddir/tests/functions.sh"
 
@@ -56,4 +57,26 @@ ctl "$seq_ctl" sync >/dev/null
 grep "flush: " "$seq_log" || fail "no write back traced"
 grep -q "flush: 1 runs, 1 requests, 4194304 bytes" "$seq_log" ||
     fail "4 MiB of sequential writes did not go out as one request"
-stop_rb seq
+
+# every_other OFFSET N: N writes of 4 KiB at OFFSET, every other sector,
+# a sync; prints the flusher's last trace line.
+every_other () {
+    /usr/bin/python3 - "$seq_uri" "$1" "$2" <<'EOP'
+import sys, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    h.pwrite(bytes([i + 7]) * 4096, int(sys.argv[2]) + 2 * i * 4096)
+EOP
+    ctl "$seq_ctl" sync >/dev/null
+    grep "flush: " "$seq_log" | tail -1
+}
+# A 64 KiB chunk with under half its sectors dirty is written sector
+# by sector; with half or more, whole, as one request.
+last=$(every_other $((8 << 20)) 7); echo "7 of 16 sectors: $last"
+[[ $last == *"flush: 1 runs, 7 requests, 28672 bytes" ]] ||
+    fail "7 of 16 sectors dirty: '$last', not 7 requests of 4 KiB"
+last=$(every_other $((16 << 20)) 8); echo "8 of 16 sectors: $last"
+[[ $last == *"flush: 1 runs, 1 requests, 65536 bytes" ]] ||
+    fail "8 of 16 sectors dirty: '$last', not the whole chunk in one request"
+stop_rb_image seq "$back" ||
+    fail "the backing file is not the RAM image after the chunk tests"

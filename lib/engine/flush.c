@@ -23,7 +23,12 @@
  *      chunk's CAS, with dirty sectors in a row (across chunks too)
  *      merged into one request, so a 4 KiB random write costs 4 KiB of
  *      write-back and a sequential one still goes out in large
- *      requests; without them, whole runs of chunks;
+ *      requests; a chunk with half or more of its sectors dirty is
+ *      written whole (dense(): at most twice its dirty bytes, in one
+ *      request that merges with its neighbours and is large enough
+ *      for direct I/O, where its sectors one by one would go through
+ *      the page cache at several times the CPU per byte); without
+ *      sector bits, whole runs of chunks;
  *   5. on failure put the chunks back to DIRTY; on success remember the
  *      range as unsynced.
  *
@@ -97,6 +102,26 @@ batch_bytes (struct rb *rb)
   return b;
 }
 
+/* Is DIRTY chunk c dense: half or more of its sectors dirty?  Then it is
+ * written whole (step 4 at the top).  A hint: bits may be set meanwhile.
+ */
+static bool
+dense (struct rb *rb, uint64_t c)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift, cnt = 0;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  if (shift == 0)
+    return false;
+  while (s < end) {
+    unsigned n = RB_MIN (end - s, 64 - s % 64);
+
+    cnt += rb_popcount64 (chunkmap_peek_bits (&rb->map, s, n));
+    s += n;
+  }
+  return cnt >= (UINT64_C (1) << shift) / 2;
+}
+
 /* Estimated store requests and dirty bytes of DIRTY chunk c (its
  * sector bits as they are now; whole chunks without them).  *prev:
  * the sector before c is dirty and in the same run, so a run of dirty
@@ -110,7 +135,7 @@ estimate (struct rb *rb, uint64_t c, bool *prev, uint64_t *nios,
   unsigned shift = rb->map.sect_per_chunk_shift;
   uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
 
-  if (rb->map.sect == NULL) {
+  if (rb->map.sect == NULL || dense (rb, c)) {
     *nios += *prev ? 0 : 1;
     *prev = true;
     *bytes += chunks_bytes (rb, c, 1);
@@ -252,7 +277,7 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
     if (chunkmap_move (&rb->map, c, 1, CS_ANY_DIRTY, CS_CLEAN, moved) == 0)
       continue;
     taken++;
-    whole = moved[CS_ZERO] > 0 || *nio == cap;
+    whole = moved[CS_ZERO] > 0 || *nio == cap || dense (rb, c);
     s = c << shift;
     end = s + (UINT64_C (1) << shift);
     while (s < end) {
@@ -445,7 +470,7 @@ sync_needed (struct rb *rb, uint64_t target)
 static bool
 may_delay_locked (struct rb *rb, uint64_t target)
 {
-  return rb->cfg.flush_delay > 0 && !rb->stopping &&
+  return rb->cfg.flush_delay_ms > 0 && !rb->stopping &&
     rb->sync_requested == target &&
     rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
     !rb_dirty_pressure (rb);
@@ -469,7 +494,7 @@ delay_locked (struct rb *rb, uint64_t target, uint64_t deadline)
 static uint64_t
 flush_delay_ns (struct rb *rb)
 {
-  return rb->cfg.flush_delay * UINT64_C (1000000000);
+  return rb->cfg.flush_delay_ms * UINT64_C (1000000);
 }
 
 static void
@@ -619,7 +644,7 @@ rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
     while (!rb->stopping && !have_work_locked (rb, fs->target))
       rb_cond_wait (&rb->flusher_cond, &rb->lock);
     rb_atomic_store (&rb->flusher_idle, false);
-    if (rb->cfg.flush_delay)
+    if (rb->cfg.flush_delay_ms)
       delay_locked (rb, fs->target, rb_now_ns () + flush_delay_ns (rb));
     else
       coalesce_locked (rb, fs->target);
