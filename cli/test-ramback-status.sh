@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # "ramback status" in its three forms against a plugin holding known
-# dirty data.  flush-rate=1K with 64 KiB chunks: the first chunk is
-# written back at once, and the cap then holds the next one back for
-# 64 s, so for the rest of the test exactly N-1 of the N chunks written
-# are dirty, and every form must say so.
+# dirty data.  flush-rate=1K with 64 KiB chunks and flush-delay=0: the
+# first chunk is written back and synced at once (the flush rate is
+# measured), and the cap then holds the next one back for 64 s, so for
+# the rest of the test exactly N-1 of the N chunks written are dirty,
+# and every form must say so.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
-start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K \
+    flush-delay=0
 cleanup_fn stop_nbdkit "$rb_pid"
 
 # 5 chunks, not adjacent so that each is its own write back.
