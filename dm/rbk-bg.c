@@ -306,8 +306,7 @@ void rbk_stop_threads(struct rbk *rbk)
 		/* Nobody sweeps any more: answer every sync still waiting. */
 		rb_mutex_lock(&rb->lock);
 		rb->flusher_running = false;
-		rb_atomic_store(&rb->sync_failed, rb->sync_requested);
-		rb_cond_broadcast(&rb->sync_cond);
+		rb_sync_answer_locked(rb, rb->sync_requested, EIO);
 		rb_mutex_unlock(&rb->lock);
 	}
 }

@@ -575,17 +575,10 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   rb_recompute_limit (rb);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  if (err == 0) {
-    if (fs->target > rb->sync_done)
-      rb_atomic_store (&rb->sync_done, fs->target);
-    /* Every write and the sync succeeded: the store works again. */
+  rb_sync_answer_locked (rb, fs->target, err);
+  /* Every write and the sync succeeded: the store works again. */
+  if (err == 0)
     rb_atomic_store (&rb->store_failing, false);
-  }
-  else if (fs->target > rb->sync_failed) {
-    rb_atomic_store (&rb->sync_failed, fs->target);
-    rb->sync_errno = err;
-  }
-  rb_cond_broadcast (&rb->sync_cond);
 
   fs->wakeable = false;
   if (err) {
