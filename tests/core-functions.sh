@@ -49,6 +49,12 @@ mount_tmpfs () {
     cleanup_fn umount -l "$1"
 }
 
+# ram_file_kept FILE [WHAT]: a stopped ramback left its ram= FILE for a
+# resume; then FILE is removed (it fills the small tmpfs it is on).
+ram_file_kept () {
+    [ -e "$1" ] || fail "${2:+$2: }ram= file not kept for a resume"
+    rm -f "$1"
+}
 
 # start_backing NAME NBDKIT-ARGS...: a plain nbdkit (no ramback) on a
 # Unix socket in $TMP, to serve as ramback's NBD backing store.  Sets

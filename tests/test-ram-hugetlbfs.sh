@@ -96,8 +96,7 @@ def body ():
 M.main (body)
 EOF
 stop_rb_same rb "$back" "$TMP/model.img"
-[ -e "$mnt/ram.img" ] || fail "ram= file not kept for a resume"
-rm -f "$mnt/ram.img"
+ram_file_kept "$mnt/ram.img"
 [ "$(free_pages)" -eq "$free0" ] ||
     fail "huge pages not given back: $(free_pages) free, $free0 before"
 echo "backing == model; every huge page given back"

@@ -58,8 +58,7 @@ umount "$TMP/vast"
 rm -f "$TMP/vast.img"
 start_rb oc -- back="$TMP/big.img" ram="$mnt/big.ram" overcommit=true
 stop_rb oc
-[ -e "$mnt/big.ram" ] || fail "overcommit: ram= file not kept for a resume"
-rm -f "$mnt/big.ram"
+ram_file_kept "$mnt/big.ram" overcommit
 echo "ok: overcommit=true started and stopped"
 
 start_rb rb -- back="$back" ram="$mnt/ram.img" chunk=64K
@@ -109,6 +108,5 @@ def body ():
 M.main (body)
 EOF
 stop_rb_same rb "$back" "$TMP/model.img"
-[ -e "$mnt/ram.img" ] || fail "ram= file not kept for a resume"
-rm -f "$mnt/ram.img"
+ram_file_kept "$mnt/ram.img"
 echo "backing == model; the full tmpfs cost nothing"
