@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # "ramback status" in its three forms against a plugin holding known
 # dirty data.  flush-rate=1K with 64 KiB chunks: the first chunk is
-# written back at once, and the cap then holds the next one back for
+# written back at once (flush-delay=0: its pass ends, so the write-back
+# bandwidth is measured), and the cap then holds the next one back for
 # 64 s, so for the rest of the test exactly N-1 of the N chunks written
 # are dirty, and every form must say so.
 
@@ -10,7 +11,8 @@ source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
-start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K \
+    flush-delay=0
 cleanup_fn stop_nbdkit "$rb_pid"
 
 # 5 chunks, not adjacent so that each is its own write back.
@@ -79,6 +81,7 @@ expect_line '^dirty: +256\.0 KiB \(4 chunks\)$'
 expect_line '^in flight: +0 B \(0 chunks\)$'
 expect_line '^dirty limit: +none$'
 expect_line '^flush rate: +.* \(cap 1\.0 KiB/s\)$'
+expect_line '^flush delay: +none \(written back at once\)$'
 expect_line '^time to drain: +([0-9.]+ s|[0-9]+m [0-9]+s|unknown.*)$'
 expect_line '^written back: +64\.0 KiB, [0-9]+ syncs?$'
 expect_line '^client writes: +320\.0 KiB \(written back 0\.20x of it\)$'
