@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # "ramback status" in its three forms against a plugin holding known
-# dirty data.  flush-rate=1K with 64 KiB chunks: the first chunk is
-# written back at once (flush-delay=0: its pass ends, so the write-back
-# bandwidth is measured), and the cap then holds the next one back for
-# 64 s, so for the rest of the test exactly N-1 of the N chunks written
-# are dirty, and every form must say so.
+# dirty data.  flush-rate=1K with 64 KiB chunks and flush-delay=0: the
+# first chunk is written back and synced at once (the flush rate is
+# measured), and the cap then holds the next one back for 64 s, so for
+# the rest of the test exactly N-1 of the N chunks written are dirty,
+# and every form must say so.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"

@@ -15,14 +15,6 @@
 
 export PYTHONPATH="$top_srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"
 
-# Under ThreadSanitizer, the core's deliberate image-copy races are
-# suppressed as in the unit tests (lib/tsan.supp); anything else fails.
-case "${SANITIZER_PRELOAD:-}" in
-    *tsan*)
-        export TSAN_OPTIONS="suppressions=$top_srcdir/lib/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-        ;;
-esac
-
 py () { /usr/bin/python3 "$@"; }
 
 sha () { sha256sum "$1" | cut -d' ' -f1; }

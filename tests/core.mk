@@ -26,6 +26,7 @@ EXTRA_DIST += $(core_tests) \
 	model.py \
 	crash-resume.py \
 	volatile-disk.sh \
+	sh-disk.sh \
 	mutate.sh \
 	mutations.txt \
 	$(NULL)

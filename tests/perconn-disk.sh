@@ -20,10 +20,7 @@
 set -e
 method=$1
 
-copy_range () {    # copy_range FROM TO OFFSET COUNT
-    dd if="$1" of="$2" bs=64K iflag=skip_bytes,count_bytes oflag=seek_bytes \
-       conv=notrunc skip="$3" seek="$3" count="$4" status=none
-}
+source "${BASH_SOURCE[0]%/*}/sh-disk.sh"
 
 case "$method" in
     thread_model) echo serialize_requests ;;
@@ -38,12 +35,10 @@ case "$method" in
     can_fua) echo none ;;
     can_multi_conn) exit 3 ;;
     pread)
-        dd if="$PERCONN_IMG" bs=64K iflag=skip_bytes,count_bytes \
-           skip="$4" count="$3" status=none
+        disk_pread "$PERCONN_IMG" "$3" "$4"
         ;;
     pwrite)
-        dd of="$PERCONN_IMG" bs=64K iflag=fullblock oflag=seek_bytes \
-           conv=notrunc seek="$4" status=none
+        disk_pwrite "$PERCONN_IMG" "$4"
         echo "$4 $3" >> "$PERCONN_DIR/$2"
         echo "$2" >> "$PERCONN_DIR/writers"
         ;;

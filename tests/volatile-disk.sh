@@ -28,10 +28,7 @@
 set -e
 method=$1
 
-copy_range () {    # copy_range FROM TO OFFSET COUNT
-    dd if="$1" of="$2" bs=64K iflag=skip_bytes,count_bytes oflag=seek_bytes \
-       conv=notrunc skip="$3" seek="$3" count="$4" status=none
-}
+source "${BASH_SOURCE[0]%/*}/sh-disk.sh"
 
 lock_list () { exec 9>>"$VOLATILE_LIST.lock"; flock 9; }
 
@@ -62,13 +59,11 @@ case "$method" in
     can_fua) echo none ;;
     can_multi_conn) exit 3 ;;
     pread)
-        dd if="$VOLATILE_IMG" bs=64K iflag=skip_bytes,count_bytes \
-           skip="$4" count="$3" status=none
+        disk_pread "$VOLATILE_IMG" "$3" "$4"
         ;;
     pwrite)
         gate "$4" "$3"
-        dd of="$VOLATILE_IMG" bs=64K iflag=fullblock oflag=seek_bytes \
-           conv=notrunc seek="$4" status=none
+        disk_pwrite "$VOLATILE_IMG" "$4"
         lock_list
         echo "$4 $3" >> "$VOLATILE_LIST"
         [ -z "$held" ] || rm -f "$VOLATILE_GATE.held"

@@ -79,12 +79,19 @@
  * may already hold N+1), so the memory this costs is bounded by the
  * journal's size.
  *
- * Bounds.  A transaction must fit in the journal.  (A commit point made
- * early, when the dirty data would fill a quarter of the journal, lets
- * a stream of writes append N+1 while N is put in place, and made a
- * sequential drain 1.3x faster; but random small writes then merge
- * fewer rewrites of a chunk per transaction and the journal took a
- * third of the writes it takes without it: not done.)  Writers reserve, before
+ * Pipeline.  A commit point is also made as soon as the dirty data
+ * would fill half of the journal (EARLY_COMMIT_DIV): N+1 is then
+ * appended while N is put in place, and writers fill N+2 meanwhile, so
+ * a stream of writes larger than the journal keeps the journal and the
+ * backing store busy at once instead of taking turns (fill the whole
+ * journal, append it, put it in place, and only then take writes
+ * again).  A transaction of half the journal still merges the
+ * rewrites of a random workload: with the dirty sectors captured (not
+ * whole chunks) a 4 KiB write costs 4 KiB of journal whatever the
+ * number of transactions.  The writer that finds the dirty data past
+ * that mark asks for the commit point (early_asked: once per commit).
+ *
+ * Bounds.  A transaction must fit in the journal.  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
  * (per_chunk each: about a chunk) and wait while the live
  * transactions, the dirty data (dirty_est: by the sector bits set, at
@@ -129,6 +136,7 @@
  *              atomically without it (the write path's fast check)
  *   reserved, jused, counters  [atomic]
  *   seen       [applier]
+ *   spare      [spare_lock], a leaf lock
  */
 
 #include <config.h>
@@ -150,6 +158,8 @@
 #define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
 #define APPLY_BATCH 64
 #define APPLY_DELAY_NS (50 * UINT64_C (1000000))
+#define EARLY_COMMIT_DIV 2      /* a commit point at 1/2 of the journal */
+#define SPARE_MIN (UINT64_C (1) << 20)
 
 /* An extent of a transaction: bytes of the device, in offset order. */
 struct txn_run {
@@ -174,6 +184,7 @@ struct txn {
   struct txn_chunks *cruns;
   size_t ncruns, ccap;
   uint8_t *buf;
+  uint64_t buf_cap;             /* bytes allocated at buf */
   uint64_t data_bytes, chunks;
   uint64_t seq, jstart, jlen;   /* where it is in the journal */
 };
@@ -191,6 +202,9 @@ struct rb_txns {
   rb_rwlock gate;
   rb_mutex cap_lock;
   uint64_t *pending;            /* [atomic] */
+  rb_mutex spare_lock;
+  uint8_t *spare;               /* [spare_lock] a large buffer to reuse */
+  uint64_t spare_cap;           /* [spare_lock] */
   struct txn *capturing;        /* [cap_lock] */
 
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
@@ -214,6 +228,8 @@ struct rb_txns {
   rb_thread applier;
   bool applier_running;
 
+  uint64_t early_bytes;         /* dirty_est that makes a commit point */
+  bool early_asked;             /* [atomic] a writer asked for it */
   uint64_t reserved, jused;     /* [atomic] */
   uint64_t admit_waiters;       /* [atomic] */
   uint64_t commits, applied;    /* [atomic] */
@@ -251,13 +267,70 @@ wall_ns (void)
   return ts.tv_sec * UINT64_C (1000000000) + ts.tv_nsec;
 }
 
+/* A transaction's buffer: the spare one if it is large enough, else a
+ * new one (*cap: its size).  A large buffer is faulted in and zeroed by
+ * the kernel page by page on first use, which for a stream of writes
+ * through the journal cost more CPU than the copy into it; so the
+ * buffer of a large transaction put in place is kept (one, the
+ * largest) for the next, and large ones are allocated in powers of two
+ * so that they fit the next.  Only pages written are resident.
+ */
+static uint8_t *
+buf_get (struct rb_txns *t, uint64_t len, uint64_t *cap)
+{
+  if (len >= SPARE_MIN) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->spare_lock);
+    if (t->spare && t->spare_cap >= len) {
+      uint8_t *p = t->spare;
+      *cap = t->spare_cap;
+      t->spare = NULL;
+      return p;
+    }
+    *cap = SPARE_MIN;
+    while (*cap < len)
+      *cap *= 2;
+  }
+  else
+    *cap = len;
+  return rbj_alloc (*cap);
+}
+
 static void
-txn_free (struct txn *t)
+buf_put (struct rb_txns *t, uint8_t *p, uint64_t cap)
+{
+  if (p && cap >= SPARE_MIN) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->spare_lock);
+    if (t->spare == NULL || t->spare_cap < cap) {
+      uint8_t *old = t->spare;
+      t->spare = p;
+      t->spare_cap = cap;
+      p = old;
+    }
+  }
+  free (p);
+}
+
+/* No stream of writes: no spare kept. */
+static void
+buf_drop_spare (struct rb_txns *t)
+{
+  uint8_t *p;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->spare_lock);
+    p = t->spare;
+    t->spare = NULL;
+  }
+  free (p);
+}
+
+static void
+txn_free (struct rb_txns *tx, struct txn *t)
 {
   if (t) {
     free (t->runs);
     free (t->cruns);
-    free (t->buf);
+    buf_put (tx, t->buf, t->buf_cap);
     free (t);
   }
 }
@@ -285,6 +358,7 @@ rb_txn_open (struct rb *rb)
   rb->txns = t;
   rb_rwlock_init (&t->gate);
   rb_mutex_init (&t->cap_lock);
+  rb_mutex_init (&t->spare_lock);
   rb_cond_init (&t->applier_cond);
   t->q_tail = &t->q_head;
   t->interval_ns = (rb->cfg.commit_interval_ms
@@ -331,6 +405,7 @@ rb_txn_open (struct rb *rb)
   if (t->j == NULL)
     return -1;
   t->capacity = rbj_capacity (t->j);
+  t->early_bytes = t->capacity / EARLY_COMMIT_DIV;
   if (t->capacity < RBJ_TXN_FIXED + 4 * t->per_chunk) {
     rb_set_error (EINVAL, "journal=%s holds %" PRIu64 " bytes of "
                   "transactions, too few for chunks of %" PRIu32 " bytes: "
@@ -387,11 +462,13 @@ rb_txn_close (struct rb *rb, bool clean)
     rb_warn ("%s", rb_get_error ());
   for (x = t->q_head; x; x = next) {
     next = x->next;
-    txn_free (x);
+    txn_free (rb->txns, x);
   }
   rb_store_close (t->jstore);
   rb_rwlock_destroy (&t->gate);
+  buf_drop_spare (t);
   rb_mutex_destroy (&t->cap_lock);
+  rb_mutex_destroy (&t->spare_lock);
   rb_cond_destroy (&t->applier_cond);
   free (t->pending);
   free (t->seen);
@@ -537,6 +614,13 @@ rb_txn_write_end (struct rb *rb, uint64_t reserved)
     if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
       rb_atomic_store (&t->dirty_since, rb_now_ns ());
     rb_cond_broadcast (&rb->space_cond);
+  }
+  /* Half the journal dirty: a commit point now (the pipeline, above). */
+  if (!rb_atomic_load (&t->early_asked) && dirty_est (rb) >= t->early_bytes) {
+    rb_atomic_store (&t->early_asked, true);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    t->commit_now = true;
+    rb_cond_signal (&rb->flusher_cond);
   }
 }
 
@@ -841,6 +925,7 @@ commit_one (struct rb *rb, uint64_t target)
   x->target = target;
 
   rb_rwlock_wrlock (&t->gate);
+  rb_atomic_store (&t->early_asked, false);
   if (chunkmap_dirty (&rb->map) > 0) {
     if (collect_all (rb, x) == -1)
       goto nomem;
@@ -856,6 +941,7 @@ commit_one (struct rb *rb, uint64_t target)
   }
   if (x->nruns == 0) {
     rb_rwlock_unlock (&t->gate);
+    buf_drop_spare (t);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&t->dirty_since, 0);
     /* Nothing new: what the tickets cover is committed already.  A
@@ -871,7 +957,7 @@ commit_one (struct rb *rb, uint64_t target)
       rb_cond_signal (&t->applier_cond);
     }
     else
-      txn_free (x);
+      txn_free (rb->txns, x);
     return 0;
   }
   x->jlen = rbj_txn_bytes (x->nruns, x->data_bytes);
@@ -882,10 +968,11 @@ commit_one (struct rb *rb, uint64_t target)
       rb_warn ("journal: the dirty data (%" PRIu64 " bytes in the journal) "
                "does not fit in journal=%s (%" PRIu64 " bytes)", x->jlen,
                rb->cfg.journal, t->capacity);
-    txn_free (x);
+    txn_free (rb->txns, x);
     return 1;
   }
-  if (x->data_bytes && (x->buf = rbj_alloc (x->data_bytes)) == NULL)
+  if (x->data_bytes &&
+      (x->buf = buf_get (t, x->data_bytes, &x->buf_cap)) == NULL)
     goto nomem;
   take_chunks (rb, x, true);
   rb_atomic_add (&rb->inflight_chunks, x->chunks);
@@ -904,7 +991,7 @@ commit_one (struct rb *rb, uint64_t target)
   if (ext == NULL) {
     capture_rest (rb, x, 0);
     uncommit (rb, x);
-    txn_free (x);
+    txn_free (rb->txns, x);
     rb_set_error (ENOMEM, "journal: out of memory");
     return -1;
   }
@@ -968,7 +1055,7 @@ commit_one (struct rb *rb, uint64_t target)
     free (ext);
     x->jlen = jlen;
     uncommit (rb, x);
-    txn_free (x);
+    txn_free (rb->txns, x);
     rb_record_error (rb, err, rb_get_error ());
     errno = err;
     return -1;
@@ -1020,7 +1107,7 @@ commit_one (struct rb *rb, uint64_t target)
 
  nomem:
   rb_rwlock_unlock (&t->gate);
-  txn_free (x);
+  txn_free (rb->txns, x);
   rb_set_error (ENOMEM, "journal: out of memory for a transaction");
   errno = ENOMEM;
   return -1;
@@ -1040,7 +1127,8 @@ should_commit_locked (struct rb *rb, uint64_t *deadline)
    * has its deadline no earlier than that.
    */
   *deadline = now + t->interval_ns;
-  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done)
+  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done ||
+      dirty_est (rb) >= t->early_bytes)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
     rb_atomic_store (&t->dirty_since, now);  /* a redirty */
@@ -1367,6 +1455,13 @@ apply_list (struct rb *rb, struct txn *list)
            rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
       ;
   }
+  if (rb_tracing (rb)) {
+    unsigned n = 0;
+    for (x = list; x; x = x->next)
+      n++;
+    rb_log ("journal: put %u transactions in place: %" PRIu64 " bytes in %"
+            PRIu64 " ms", n, bytes, (rb_now_ns () - t0) / 1000000);
+  }
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
     rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
@@ -1380,7 +1475,7 @@ apply_list (struct rb *rb, struct txn *list)
       rb_atomic_sub (&rb->inflight_chunks, x->chunks);
       rb_atomic_add (&t->applied, 1);
     }
-    txn_free (x);
+    txn_free (rb->txns, x);
   }
   rb_recompute_limit (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
