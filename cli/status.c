@@ -272,6 +272,17 @@ status_format_human (GString *out, const struct json_object *st,
   }
   g_string_append_c (out, '\n');
 
+  /* Older plugins do not say: show nothing rather than a guess. */
+  if (json_get (st, "flush_delay_ms")) {
+    uint64_t ms = status_u64 (st, "flush_delay_ms");
+
+    KEY ("flush delay");
+    if (ms == 0)
+      g_string_append (out, "none (written back at once)\n");
+    else
+      g_string_append_printf (out, "%g s\n", ms / 1000.0);
+  }
+
   KEY ("time to drain");
   if (pending == 0)
     g_string_append (out, "0 s (nothing dirty)");
