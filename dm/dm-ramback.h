@@ -28,7 +28,7 @@
  *                       integer bandwidth arithmetic, the sticky error)
  *
  * Who touches what:
- *   map() fast path   io.c's rb_try_pread/rb_try_pwrite: loaded chunks,
+ *   map() fast path   io.c's rbi_try_pread/rbi_try_pwrite: loaded chunks,
  *                     writeback mode, under the dirty limit: copy to or
  *                     from RAM, then chunkmap_move() to DIRTY.  No lock,
  *                     no sleep: an idle flusher is woken through a work
@@ -38,8 +38,8 @@
  *                     still EMPTY, writethrough, the dirty limit's wait,
  *                     discards and write-zeroes.  These take a range
  *                     (they may sleep).
- *   flusher kthread   rb_flush_step() and rb_flusher_wait() in a loop.
- *   populator kthread rb_populate_step() in a loop, from the first resume.
+ *   flusher kthread   rbi_flush_step() and rbi_flusher_wait() in a loop.
+ *   populator kthread rbi_populate_step() in a loop, from the first resume.
  * Nothing holds a range across anything but its own backing I/O, and
  * map() never waits on backing I/O.
  *

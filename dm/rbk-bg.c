@@ -4,14 +4,14 @@
  * around lib/'s step functions (Open CAS Framework's shape: the engine
  * does one bounded pass and says how long to wait; the adapter waits).
  *
- * Flusher.  rb_flush_step() (lib/engine/flush.c) is one sweep over the dirty
+ * Flusher.  rbi_flush_step() (lib/engine/flush.c) is one sweep over the dirty
  * chunks and one cache flush of the backing device at its end, with
  * lib's fsyncgate rule: a write that failed, and everything written
  * since the last good flush when a flush fails, goes back to DIRTY and
  * is written again; a flush is never merely retried.  Every sweep covers
  * the sync tickets issued before it began, which is how rbk_sync() (the
  * "flush" message, suspend, remove) knows that all it asked for is on
- * stable storage.  rb_flusher_wait() waits out what the step asked for:
+ * stable storage.  rbi_flusher_wait() waits out what the step asked for:
  * nothing, a back-off after a failure (50 ms, doubling to 5 s), or work.
  * The flusher keeps going while the target is suspended if suspend could
  * not write everything back (rbk_drain), and after an interrupted remove
@@ -19,10 +19,11 @@
  * once everything is written back and flushed it frees the RAM image and
  * exits.
  *
- * Populator.  From the first resume, rb_populate_step() (lib/engine/populate.c)
- * loads EMPTY chunks upwards in batches, each run under a LOAD range and
- * rechecked under it, so a chunk that an application write got to first
- * (loaded or written on demand) is never overwritten: the populate race.
+ * Populator.  From the first resume, rbi_populate_step()
+ * (lib/engine/populate.c) loads EMPTY chunks upwards in batches, each
+ * run under a LOAD range and rechecked under it, so a chunk that an
+ * application write got to first (loaded or written on demand) is never
+ * overwritten: the populate race.
  * It pauses while suspended, in writethrough mode (the backing device's
  * bandwidth then goes to draining dirty data) and after "nopopulate";
  * demand loads go on regardless.  A step in flight when suspend begins
@@ -42,14 +43,14 @@
 
 /*
  * map() cannot take rb.lock (a mutex) to wake an idle flusher
- * (rb_flusher_kick), so io.c's fast path calls rb.kick_nowait, which
+ * (rbi_flusher_kick), so io.c's fast path calls rb.kick_nowait, which
  * queues this, which does.
  */
 void rbk_kick_work(struct work_struct *work)
 {
 	struct rbk *rbk = container_of(work, struct rbk, kick);
 
-	rb_flusher_kick(&rbk->rb);
+	rbi_flusher_kick(&rbk->rb);
 }
 
 void rbk_kick_nowait(struct rb *rb)
@@ -95,9 +96,9 @@ static int rbk_flusher(void *arg)
 	u64 delay;
 
 	rb_thread_background();
-	rb_flusher_state_init(fs);
+	rbi_flusher_state_init(fs);
 	while (!kthread_should_stop()) {
-		delay = rb_flush_step(rb, fs);
+		delay = rbi_flush_step(rb, fs);
 		if (READ_ONCE(rbk->orphan) && rbk_orphan_clean(rbk))
 			rbk_orphan_done(rbk);
 		if (delay == RB_STEP_DONE) {
@@ -107,7 +108,7 @@ static int rbk_flusher(void *arg)
 			break;
 		}
 		if (delay && !kthread_should_stop())
-			rb_flusher_wait(rb, fs, delay);
+			rbi_flusher_wait(rb, fs, delay);
 		if (delay == RB_STEP_IDLE)
 			rb_atomic_store(&rb->flusher_idle, false);
 		cond_resched();
@@ -123,17 +124,17 @@ static int rbk_flusher(void *arg)
 int rbk_sync(struct rbk *rbk, bool killable)
 {
 	struct rb *rb = &rbk->rb;
-	u64 t = rb_sync_request(rb);
+	u64 t = rbi_sync_request(rb);
 	int r;
 
 	if (killable) {
 		if (wait_event_killable(rb->sync_cond.wq,
-					rb_sync_answered(rb, t)))
+					rbi_sync_answered(rb, t)))
 			return -EINTR;
 	} else {
-		wait_event_idle(rb->sync_cond.wq, rb_sync_answered(rb, t));
+		wait_event_idle(rb->sync_cond.wq, rbi_sync_answered(rb, t));
 	}
-	r = rb_sync_answered(rb, t);
+	r = rbi_sync_answered(rb, t);
 	return r > 0 ? 0 : -EIO;
 }
 
@@ -235,7 +236,7 @@ static int rbk_populator(void *arg)
 	u64 delay;
 
 	rb_thread_background();
-	rb_populator_state_init(&ps);
+	rbi_populator_state_init(&ps);
 	for (;;) {
 		wait_event_idle(rbk->populator_wait, kthread_should_stop() ||
 				rbk_populate_wanted(rbk));
@@ -243,11 +244,11 @@ static int rbk_populator(void *arg)
 			break;
 		if (!rbk_populate_begin(rbk))
 			continue;
-		delay = rb_populate_step(rb, &ps);
+		delay = rbi_populate_step(rb, &ps);
 		rbk_populate_end(rbk);
 		if (delay == RB_STEP_DONE) {
 			/* Everything is loaded: the counter catches up. */
-			rb_check_populated(rb);
+			rbi_check_populated(rb);
 			WARN_ON_ONCE(!rb_atomic_load(&rb->populated));
 			wait_event_idle(rbk->populator_wait,
 					kthread_should_stop());
@@ -306,7 +307,7 @@ void rbk_stop_threads(struct rbk *rbk)
 		/* Nobody sweeps any more: answer every sync still waiting. */
 		rb_mutex_lock(&rb->lock);
 		rb->flusher_running = false;
-		rb_sync_answer_locked(rb, rb->sync_requested, EIO);
+		rbi_sync_answer_locked(rb, rb->sync_requested, EIO);
 		rb_mutex_unlock(&rb->lock);
 	}
 }

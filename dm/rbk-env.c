@@ -13,8 +13,8 @@
  *                      integer arithmetic: the estimate moves toward a
  *                      sample by dt / (tau + dt) of the difference, the
  *                      first-order form of 1 - exp(-dt / tau)
- *   rb_record_error    the target's sticky error (status) and the log
- *   rb_recompute_limit the dirty limit: dirty_max, or with ups_window
+ *   rbi_record_error    the target's sticky error (status) and the log
+ *   rbi_recompute_limit the dirty limit: dirty_max, or with ups_window
  *                      what write back makes durable in that window less
  *                      20%, as lib/engine/core.c computes it, in integers
  *   rb_nb_*            the NB bitmap belongs to a ram= file, which the
@@ -142,12 +142,12 @@ void rb_warn(const char *fmt, ...)
 
 /* ---- rate caps and bandwidth (lib/engine/throttle.h) -------------------------- */
 
-uint64_t rb_rate_ns(uint64_t bytes, uint64_t bps)
+uint64_t rbi_rate_ns(uint64_t bytes, uint64_t bps)
 {
 	return mul_u64_u64_div_u64(bytes, NSEC_PER_SEC, bps);
 }
 
-uint64_t rb_rate_delay(struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
+uint64_t rbi_rate_delay(struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
 {
 	uint64_t start;
 
@@ -155,14 +155,14 @@ uint64_t rb_rate_delay(struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
 		return 0;
 	/* Do not bank unused time: an idle minute must not allow a burst. */
 	start = max(r->next_ns, now_ns);
-	r->next_ns = start + rb_rate_ns(bytes, r->bps);
+	r->next_ns = start + rbi_rate_ns(bytes, r->bps);
 	return start - now_ns;
 }
 
 /* RB_BW_TAU_S, a double in lib/engine/throttle.h. */
 #define RB_BW_TAU_NS (3 * NSEC_PER_SEC)
 
-void rb_bw_sample(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
+void rbi_bw_sample(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 {
 	uint64_t sample, old;
 
@@ -181,7 +181,7 @@ void rb_bw_sample(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 	}
 }
 
-void rb_bw_bound(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
+void rbi_bw_bound(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 {
 	uint64_t bound;
 
@@ -194,7 +194,7 @@ void rb_bw_bound(struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 
 /* ---- what lib/engine/core.c and lib/ram/resume.c do for the plugin ---------------- */
 
-void rb_record_error(struct rb *rb, int err, const char *what)
+void rbi_record_error(struct rb *rb, int err, const char *what)
 {
 	struct rbk *rbk = container_of(rb, struct rbk, rb);
 
@@ -205,7 +205,7 @@ void rb_record_error(struct rb *rb, int err, const char *what)
 
 #define RBK_UPS_BOOTSTRAP (16ULL << 20)	/* until a bandwidth is measured */
 
-void rb_recompute_limit(struct rb *rb)
+void rbi_recompute_limit(struct rb *rb)
 {
 	uint64_t limit = rb->cfg.dirty_max;
 
@@ -225,12 +225,12 @@ void rb_recompute_limit(struct rb *rb)
 	rb_atomic_store(&rb->dirty_limit, limit);
 }
 
-void rb_nb_set(struct rb *rb, uint64_t c, uint64_t n)
+void rbi_nb_set(struct rb *rb, uint64_t c, uint64_t n)
 {
 	WARN_ON_ONCE(rb->nb);
 }
 
-void rb_nb_retire(struct rb *rb, const struct rb_extents *synced)
+void rbi_nb_retire(struct rb *rb, const struct rb_extents *synced)
 {
 	WARN_ON_ONCE(rb->nb);
 }

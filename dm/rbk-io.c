@@ -11,12 +11,12 @@
  *    through a struct rb_data, whose copy callback here walks the bio's
  *    segments to or from the request's place in RAM.
  *
- *  - map() must not sleep.  It calls rb_try_pread / rb_try_pwrite,
+ *  - map() must not sleep.  It calls rbi_try_pread / rbi_try_pwrite,
  *    io.c's lock-free fast path: when every chunk is loaded (and for a
  *    write the mode is writeback and the dirty limit is not reached)
  *    the bio is done there; otherwise nothing is done and the bio goes
  *    to the target's workqueue, where rbk_slow_work() makes io.c's
- *    waiting calls (rb_pread_data, rb_pwrite_data, rb_zero) with the
+ *    waiting calls (rbi_pread_data, rbi_pwrite_data, rb_zero) with the
  *    same bio.  They may sleep there: range locks, loads, the dirty
  *    limit (writers wait, never fail), backing I/O.  The fast path
  *    wakes an idle flusher through rb.kick_nowait, a work item
@@ -106,9 +106,9 @@ bool rbk_try_io(struct rbk *rbk, struct bio *bio, u64 offset)
 
 	rbk_data_init(&d, bio);
 	if (bio_op(bio) == REQ_OP_READ)
-		return rb_try_pread(&rbk->rb, &d.data, bio->bi_iter.bi_size,
+		return rbi_try_pread(&rbk->rb, &d.data, bio->bi_iter.bi_size,
 				    offset);
-	return rb_try_pwrite(&rbk->rb, &d.data, bio->bi_iter.bi_size, offset,
+	return rbi_try_pwrite(&rbk->rb, &d.data, bio->bi_iter.bi_size, offset,
 			     bio->bi_opf & REQ_FUA ? RB_FUA : 0);
 }
 
@@ -144,11 +144,11 @@ void rbk_slow_work(struct work_struct *work)
 		bio->bi_status = rbk_zero(rbk, pb);
 		break;
 	case REQ_OP_READ:
-		r = rb_pread_data(&rbk->rb, &d.data, pb->count, pb->offset);
+		r = rbi_pread_data(&rbk->rb, &d.data, pb->count, pb->offset);
 		bio->bi_status = r ? BLK_STS_IOERR : BLK_STS_OK;
 		break;
 	default:
-		r = rb_pwrite_data(&rbk->rb, &d.data, pb->count, pb->offset,
+		r = rbi_pwrite_data(&rbk->rb, &d.data, pb->count, pb->offset,
 				   bio->bi_opf & REQ_FUA ? RB_FUA : 0);
 		bio->bi_status = r ? BLK_STS_IOERR : BLK_STS_OK;
 		break;

@@ -359,7 +359,7 @@ static int rbk_rb_init(struct rbk *rbk)
 	rb->start_ns = rb_now_ns();
 	rb->flush_rate.bps = rb->cfg.flush_rate;
 	rb->populate_rate.bps = rb->cfg.populate_rate;
-	rb_recompute_limit(rb);
+	rbi_recompute_limit(rb);
 	rb->cfg.populate = rbk->populate;
 	rb->kick_nowait = rbk_kick_nowait;	/* map() */
 	rbk->rb_ready = true;
@@ -573,8 +573,8 @@ static void rbk_take_over(struct rbk *rbk)
 	DMINFO("%s: took over the previous table's RAM image: %llu chunks loaded, %llu of them dirty; %llu to write back to %pg",
 	       rbk_name(rbk), loaded, chunkmap_dirty(&old->rb.map), dirty,
 	       rbk->bdev);
-	rb_check_populated(&rbk->rb);
-	rb_flusher_kick(&rbk->rb);
+	rbi_check_populated(&rbk->rb);
+	rbi_flusher_kick(&rbk->rb);
 }
 
 static int rbk_preresume(struct dm_target *ti)

@@ -19,14 +19,14 @@
 
 /* The wait after a wait of ms milliseconds that did not help. */
 static inline uint64_t
-rb_backoff_next_ms (uint64_t ms)
+rbi_backoff_next_ms (uint64_t ms)
 {
   return RB_MIN (ms * 2, (uint64_t) BACKOFF_MAX_MS);
 }
 
 /* The same in nanoseconds. */
 static inline uint64_t
-rb_backoff_next_ns (uint64_t ns)
+rbi_backoff_next_ns (uint64_t ns)
 {
   return RB_MIN (ns * 2, BACKOFF_MAX_NS);
 }

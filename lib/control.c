@@ -44,7 +44,8 @@ reply_err (int err, const char *fmt, ...)
     if (msg[i] == '\n' || msg[i] == '\r')
       msg[i] = ' ';
   if (asprintf (&r, "ERR %s %s\n",
-                rb_errno_name (err)[0] ? rb_errno_name (err) : "EIO", msg) == -1)
+                rbi_errno_name (err)[0] ? rbi_errno_name (err) : "EIO",
+                msg) == -1)
     return NULL;
   return r;
 }
@@ -179,7 +180,7 @@ do_status (struct rb *rb, bool json)
     if (buf == NULL)
       return NULL;
     rb_status_begin (&o, json, buf, size);
-    rb_stats_fields (&st, &o);
+    rbi_stats_fields (&st, &o);
     if (rb->store->ops->status)
       rb->store->ops->status (rb->store, &o);
     rb_status_end (&o);

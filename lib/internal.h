@@ -2,6 +2,10 @@
 /* ramback: the private state of one RAM image, shared by core.c, io.c,
  * populate.c, flush.c and stats.c.
  *
+ * Names: what this header and the layer headers declare for use across
+ * lib/ (and by dm/, which builds the engine in the kernel) is rbi_*, so
+ * that it cannot be taken for the public rb_* API (ramback.h).
+ *
  * Lock order and rules:
  *   - The chunk map (chunkmap.h) is lock-free.
  *   - rb->rl (rangelock.h) orders I/O on overlapping ranges; it has its
@@ -99,9 +103,9 @@ struct rb {
   struct rb_txns *txns;         /* journal=: write back in transactions
                                    (txn.c); NULL without a journal */
   const struct rb_journal_ops *jops;  /* its hooks, NULL without one */
-  /* Wakes an idle flusher without sleeping, for rb_try_pwrite (io.c):
+  /* Wakes an idle flusher without sleeping, for rbi_try_pwrite (io.c):
    * the kernel target's map() cannot take rb->lock, so it queues a work
-   * item that calls rb_flusher_kick.  NULL: rb_flusher_kick.  Set
+   * item that calls rbi_flusher_kick.  NULL: rbi_flusher_kick.  Set
    * before any I/O.
    */
   void (*kick_nowait) (struct rb *rb);
@@ -145,7 +149,7 @@ struct rb {
    * flusher sweep covers the tickets issued before it began, and ends
    * with a store sync.  sync_done/sync_failed are the highest tickets
    * completed or failed (written under the lock with rb_atomic_store,
-   * so rb_sync_answered may read them without it).
+   * so rbi_sync_answered may read them without it).
    */
   uint64_t sync_requested, sync_done, sync_failed;
   int sync_errno;
@@ -156,7 +160,7 @@ struct rb {
    *     writes it may have lost.  Lock order: sync_lock before lock.
    *   - unsynced [lock]: writes that completed before no sync started.
    *   - fail_gen [lock, atomic reads]: the number of failed syncs.  A
-   *     store write reads it before it starts (rb_write_begin) and, when
+   *     store write reads it before it starts (rbi_write_begin) and, when
    *     it completes, is noted as unsynced only if it is unchanged; a
    *     write in flight across a failure is re-dirtied instead.  A sync
    *     succeeds for a caller only if fail_gen still has the value the
@@ -174,7 +178,7 @@ struct rb {
 
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
-  uint64_t demand_loaded_bytes; /* of loaded_bytes, by rb_load_chunks */
+  uint64_t demand_loaded_bytes; /* of loaded_bytes, by rbi_load_chunks */
   uint64_t written_bytes;       /* client WRITE bytes that succeeded */
   uint64_t written_through;     /* client writes written through */
   uint64_t store_errors, sync_errors, syncs, throttled;
@@ -191,28 +195,28 @@ struct rb {
 
 /* Chunk arithmetic. */
 static inline uint64_t
-chunk_of (const struct rb *rb, uint64_t offset)
+rbi_chunk_of (const struct rb *rb, uint64_t offset)
 {
   return offset >> rb->chunk_shift;
 }
 
 static inline uint64_t
-chunk_offset (const struct rb *rb, uint64_t c)
+rbi_chunk_offset (const struct rb *rb, uint64_t c)
 {
   return c << rb->chunk_shift;
 }
 
 /* Bytes of [c, c+n) that exist (the last chunk may be partial). */
 static inline uint64_t
-chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
+rbi_chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
 {
-  uint64_t start = chunk_offset (rb, c), end = chunk_offset (rb, c + n);
+  uint64_t start = rbi_chunk_offset (rb, c), end = rbi_chunk_offset (rb, c + n);
   return (end > rb->size ? rb->size : end) - start;
 }
 
 /* Set the sector bits (chunkmap.h) of [offset, offset+count). */
 static inline void
-rb_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
+rbi_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
 {
   uint64_t s0 = offset >> rb->sector_shift;
   uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
@@ -221,7 +225,7 @@ rb_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
 }
 
 static inline bool
-rb_tracing (struct rb *rb)
+rbi_tracing (struct rb *rb)
 {
   return rb_atomic_load_relaxed (&rb->trace);
 }
@@ -230,109 +234,109 @@ rb_tracing (struct rb *rb)
  * writer (json.h); the store's follow (ops->status).
  */
 struct rb_status_out;
-extern void rb_stats_fields (const struct rb_stats *st,
+extern void rbi_stats_fields (const struct rb_stats *st,
                              struct rb_status_out *o);
 /* stats.c: the symbolic name of an errno ("ENOSPC"; "EOTHER" for one
  * it does not list, "" for 0), for status and the control protocol's
  * error replies.
  */
-extern const char *rb_errno_name (int e);
+extern const char *rbi_errno_name (int e);
 
 /* core.c: count a failed backing store request, keep its message for
  * status (last_error) and log it.
  */
-extern void rb_record_error (struct rb *rb, int err, const char *what);
+extern void rbi_record_error (struct rb *rb, int err, const char *what);
 
 /* The same for a request of count bytes at offset, what naming it
  * ("write back", "populate read", ...): the one form of these messages.
  */
 static inline void
-rb_record_store_error (struct rb *rb, int err, const char *what,
+rbi_record_store_error (struct rb *rb, int err, const char *what,
                        uint64_t count, uint64_t offset)
 {
   char msg[200];
 
   snprintf (msg, sizeof msg, "%s of %" PRIu64 " bytes at %" PRIu64 ": %s",
             what, count, offset, rb_strerror (err));
-  rb_record_error (rb, err, msg);
+  rbi_record_error (rb, err, msg);
 }
-extern void rb_recompute_limit (struct rb *rb);
+extern void rbi_recompute_limit (struct rb *rb);
 
 /* populate.c */
-extern int rb_populator_start (struct rb *rb);
-extern void rb_populator_stop (struct rb *rb);
+extern int rbi_populator_start (struct rb *rb);
+extern void rbi_populator_stop (struct rb *rb);
 /* Load every EMPTY chunk of [first, first+n) from the store.  The caller
  * holds a range covering them (so no write can land in between).
  */
-extern int rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
-extern void rb_check_populated (struct rb *rb);
-extern void rb_populator_state_init (struct rb_populator_state *ps);
+extern int rbi_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
+extern void rbi_check_populated (struct rb *rb);
+extern void rbi_populator_state_init (struct rb_populator_state *ps);
 /* One populate pass: a batch of loads (or a hole marked).  The caller
  * does not call it in writethrough mode (populate pauses there).
  */
-extern uint64_t rb_populate_step (struct rb *rb,
+extern uint64_t rbi_populate_step (struct rb *rb,
                                   struct rb_populator_state *ps);
 
 /* flush.c */
-extern int rb_flusher_start (struct rb *rb);
+extern int rbi_flusher_start (struct rb *rb);
 /* Drain everything and stop the flusher; -1 if data could not be stored. */
-extern int rb_flusher_stop (struct rb *rb);
-extern void rb_flusher_kick (struct rb *rb);
+extern int rbi_flusher_stop (struct rb *rb);
+extern void rbi_flusher_kick (struct rb *rb);
 /* The same, and also end a flush-delay= wait: dirty data is wanted on
  * the store now (the dirty limit, writethrough mode).
  */
-extern void rb_flusher_hurry (struct rb *rb);
-extern void rb_flusher_state_init (struct rb_flusher_state *fs);
+extern void rbi_flusher_hurry (struct rb *rb);
+extern void rbi_flusher_state_init (struct rb_flusher_state *fs);
 /* One flusher pass: a sweep over every dirty chunk and the sync. */
-extern uint64_t rb_flush_step (struct rb *rb, struct rb_flusher_state *fs);
-/* Wait out the delay rb_flush_step returned (kicks, stop, coalescing). */
-extern void rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
+extern uint64_t rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs);
+/* Wait out the delay rbi_flush_step returned (kicks, stop, coalescing). */
+extern void rbi_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
                              uint64_t delay);
 /* rb_sync in two halves, for a caller that waits its own way (the
  * kernel target waits killably on rb->sync_cond): take a ticket, then
  * ask whether its sweep answered it: 1 done, -1 failed, 0 not yet.
- * rb_sync_answered takes no lock.
+ * rbi_sync_answered takes no lock.
  */
-extern uint64_t rb_sync_request (struct rb *rb);
+extern uint64_t rbi_sync_request (struct rb *rb);
 /* Answer the tickets up to TARGET: done (err 0) or failed with ERR;
- * sync_done/sync_failed only grow, stored atomically (rb_sync_answered
+ * sync_done/sync_failed only grow, stored atomically (rbi_sync_answered
  * reads them without the lock); wakes the waiters.  rb->lock held.
  * The flusher's and the journal's committer's one way to answer.
  */
-extern void rb_sync_answer_locked (struct rb *rb, uint64_t target, int err);
-extern int rb_sync_answered (struct rb *rb, uint64_t t);
+extern void rbi_sync_answer_locked (struct rb *rb, uint64_t target, int err);
+extern int rbi_sync_answered (struct rb *rb, uint64_t t);
 /* Before a store write starts: the failure generation it runs in. */
-extern uint64_t rb_write_begin (struct rb *rb);
+extern uint64_t rbi_write_begin (struct rb *rb);
 /* After a store write of [offset, offset+count) succeeded: remember it
  * for the next sync, or re-dirty it if a sync failed meanwhile.
  */
-extern void rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
+extern void rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
                            uint64_t count);
 /* Sync the store now.  Returns 0 only if the sync succeeded and no sync
- * failed since 'gen' was read (rb_write_begin), so every write the caller
+ * failed since 'gen' was read (rbi_write_begin), so every write the caller
  * completed after reading it is durable.  On failure every write that
  * may have been lost is re-dirtied.
  */
-extern int rb_sync_store (struct rb *rb, uint64_t gen);
+extern int rbi_sync_store (struct rb *rb, uint64_t gen);
 /* Put [offset, offset+count) back to dirty (a store or sync failed). */
-extern void rb_redirty (struct rb *rb, uint64_t offset, uint64_t count);
+extern void rbi_redirty (struct rb *rb, uint64_t offset, uint64_t count);
 
 /* resume.c (NULL rb->nb: all of these do nothing) */
 /* Set NB on chunks [c, c+n), ordered before the caller's next step. */
-extern void rb_nb_set (struct rb *rb, uint64_t c, uint64_t n);
+extern void rbi_nb_set (struct rb *rb, uint64_t c, uint64_t n);
 /* After a successful sync of 'synced': clear NB where it is safe. */
-extern void rb_nb_retire (struct rb *rb, const struct rb_extents *synced);
+extern void rbi_nb_retire (struct rb *rb, const struct rb_extents *synced);
 /* A clean stop: everything is synced. */
-extern void rb_nb_clear_all (struct rb *rb);
+extern void rbi_nb_clear_all (struct rb *rb);
 /* At open, for a resumed map: what may differ from the store is dirty. */
-extern void rb_resume_map (struct rb *rb);
+extern void rbi_resume_map (struct rb *rb);
 
 /* io.c */
-extern void rb_throttle (struct rb *rb);
-/* Would rb_throttle wait now?  Lock-free (rb_try_pwrite). */
-extern bool rb_over_dirty_limit (struct rb *rb);
+extern void rbi_throttle (struct rb *rb);
+/* Would rbi_throttle wait now?  Lock-free (rbi_try_pwrite). */
+extern bool rbi_over_dirty_limit (struct rb *rb);
 /* Over half the dirty limit: write back should not wait (flush.c). */
-extern bool rb_dirty_pressure (struct rb *rb);
+extern bool rbi_dirty_pressure (struct rb *rb);
 
 /* A request's data when it is not one flat buffer (the kernel target:
  * a bio's pages).  copy() moves all 'count' bytes of the request, from
@@ -346,9 +350,9 @@ struct rb_data {
 /* rb_pread and rb_pwrite with the data behind d.  They may wait (loads,
  * range locks, the dirty limit, writethrough).
  */
-extern int rb_pread_data (struct rb *rb, struct rb_data *d, uint32_t count,
+extern int rbi_pread_data (struct rb *rb, struct rb_data *d, uint32_t count,
                           uint64_t offset);
-extern int rb_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
+extern int rbi_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
                            uint64_t offset, unsigned flags);
 /* The same requests for a caller that must not sleep: done on the fast
  * path if it needs no wait (every chunk loaded; for a write also the
@@ -357,9 +361,9 @@ extern int rb_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
  * call above from a context that may sleep.  Lock-free; an idle
  * flusher is woken through rb->kick_nowait.
  */
-extern bool rb_try_pread (struct rb *rb, struct rb_data *d, uint32_t count,
+extern bool rbi_try_pread (struct rb *rb, struct rb_data *d, uint32_t count,
                           uint64_t offset);
-extern bool rb_try_pwrite (struct rb *rb, struct rb_data *d, uint32_t count,
+extern bool rbi_try_pwrite (struct rb *rb, struct rb_data *d, uint32_t count,
                            uint64_t offset, unsigned flags);
 
 /* txn.c (journal=; see the top of txn.c).  Userspace only: the shared
@@ -390,10 +394,10 @@ struct rb_journal_ops {
   int (*wait_applied) (struct rb *rb);
 };
 /* Open the journal and replay it onto the backing store; sets rb->jops. */
-extern int rb_txn_open (struct rb *rb);
+extern int rbi_txn_open (struct rb *rb);
 /* The dirty chunks (a resumed image) must fit in one transaction. */
-extern int rb_txn_check_fit (struct rb *rb);
-extern void rb_txn_close (struct rb *rb, bool clean);
-extern void rb_txn_stats (struct rb *rb, struct rb_stats *st);
+extern int rbi_txn_check_fit (struct rb *rb);
+extern void rbi_txn_close (struct rb *rb, bool clean);
+extern void rbi_txn_stats (struct rb *rb, struct rb_stats *st);
 
 #endif /* RAMBACK_INTERNAL_H */

@@ -9,6 +9,14 @@
  * Errors: functions return -1 (or NULL) with errno set and a message for
  * this thread, read with rb_get_error() / rb_get_errno(), as libnbd does.
  *
+ * Names: rb_* is the public API: this header, and the headers the hosts
+ * (plugin/, filter/, cli/) include for what they implement or share:
+ * env.h (the OS shim), error.h, cleanup.h, json.h (the status writer),
+ * control.h, store.h and exclusive.h (the store interface).  Functions
+ * private to lib/ are rbi_* (internal.h and the layer headers), or carry
+ * their module's own prefix (chunkmap_, sumbits_, rangelock_, ramimage_,
+ * nbdstore_, rbj_); file-local helpers are static and unprefixed.
+ *
  * Threads: rb_open() starts no threads (nbdkit forks after loading the
  * plugin and threads do not survive fork); rb_start() does.  All I/O
  * functions may be called from any number of threads at once.

@@ -62,7 +62,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
     ? "resumed-crash" : "populated";
   st->resumed_chunks = rb->resumed_chunks;
   st->resumed_chunks_to_write = rb->resumed_to_write;
-  rb_txn_stats (rb, st);
+  rbi_txn_stats (rb, st);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     st->unsynced_bytes = rb->unsynced.bytes;
@@ -97,7 +97,7 @@ errno_name (int e)
 }
 
 const char *
-rb_errno_name (int e)
+rbi_errno_name (int e)
 {
   return errno_name (e);
 }
@@ -125,7 +125,7 @@ struct field {
 };
 
 void
-rb_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
+rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
 {
   double progress = st->chunks ? (double) st->loaded_chunks / st->chunks : 1;
   uint64_t pending = st->dirty_bytes + st->inflight_bytes +
@@ -204,7 +204,7 @@ rb_stats_format (const struct rb_stats *st, bool json, char *buf, size_t len)
   struct rb_status_out o;
 
   rb_status_begin (&o, json, buf, len);
-  rb_stats_fields (st, &o);
+  rbi_stats_fields (st, &o);
   rb_status_end (&o);
   return (int) o.pos;
 }

@@ -204,8 +204,8 @@ test_sectors (void)
 static void
 test_names (void)
 {
-  g_assert_cmpstr (chunk_state_name (CS_EMPTY), ==, "empty");
-  g_assert_cmpstr (chunk_state_name (CS_ZERO), ==, "zero");
+  g_assert_cmpstr (rbi_chunk_state_name (CS_EMPTY), ==, "empty");
+  g_assert_cmpstr (rbi_chunk_state_name (CS_ZERO), ==, "zero");
 }
 
 int

@@ -156,7 +156,7 @@ test_text_escaping (void)
   size_t i, n;
   bool seen = false;
 
-  rb_record_error (rb, EIO, "x\nOK\nERR EIO y\\z\x1b\t\r");
+  rbi_record_error (rb, EIO, "x\nOK\nERR EIO y\\z\x1b\t\r");
   r = req ("status");
   lines = g_strsplit (r, "\n", -1);
   n = g_strv_length (lines);

@@ -923,7 +923,7 @@ static void
 count_kick (struct rb *rb)
 {
   rb_atomic_add (&kicks, 1);
-  rb_flusher_kick (rb);
+  rbi_flusher_kick (rb);
 }
 
 /* rb_try_* do the request only when it needs no wait, and then exactly
@@ -946,18 +946,18 @@ test_data_paths (void)
 
   /* EMPTY chunks: nothing done, the caller must wait. */
   pieces_init (&f, &pc, got, 9000);
-  g_assert_false (rb_try_pread (f.rb, &pc.data, 9000, x));
+  g_assert_false (rbi_try_pread (f.rb, &pc.data, 9000, x));
   pieces_init (&f, &pc, w, 9000);
-  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 9000, x, 0));
+  g_assert_false (rbi_try_pwrite (f.rb, &pc.data, 9000, x, 0));
   g_assert_cmpint (pc.copies, ==, 0);
   g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 0);
 
   /* The waiting calls: a demand load, then a write with partial edges. */
   pieces_init (&f, &pc, got, 9000);
-  g_assert_cmpint (rb_pread_data (f.rb, &pc.data, 9000, x), ==, 0);
+  g_assert_cmpint (rbi_pread_data (f.rb, &pc.data, 9000, x), ==, 0);
   g_assert_cmpmem (got, 9000, f.model + x, 9000);
   pieces_init (&f, &pc, w, 9000);
-  g_assert_cmpint (rb_pwrite_data (f.rb, &pc.data, 9000, y, 0), ==, 0);
+  g_assert_cmpint (rbi_pwrite_data (f.rb, &pc.data, 9000, y, 0), ==, 0);
   memcpy (f.model + y, w, 9000);
   fx_check_ram (&f, "the waiting data calls");
 
@@ -968,20 +968,20 @@ test_data_paths (void)
   TS_WAIT (rb_atomic_load (&f.rb->flusher_idle), "the flusher to idle");
   ts_fill_random (f.r, w, 9000);
   pieces_init (&f, &pc, w, 9000);
-  g_assert_true (rb_try_pwrite (f.rb, &pc.data, 9000, y, 0));
+  g_assert_true (rbi_try_pwrite (f.rb, &pc.data, 9000, y, 0));
   memcpy (f.model + y, w, 9000);
   g_assert_cmpint (rb_atomic_load (&kicks), ==, 1);
   memset (got, 0, 9000);
   pieces_init (&f, &pc, got, 9000);
-  g_assert_true (rb_try_pread (f.rb, &pc.data, 9000, y));
+  g_assert_true (rbi_try_pread (f.rb, &pc.data, 9000, y));
   g_assert_cmpmem (got, 9000, w, 9000);
 
   /* Writethrough and the dirty limit wait: not on the fast path. */
   g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
   pieces_init (&f, &pc, w, 100);
-  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 100, y, 0));
+  g_assert_false (rbi_try_pwrite (f.rb, &pc.data, 100, y, 0));
   g_assert_cmpint (pc.copies, ==, 0);
-  g_assert_cmpint (rb_pwrite_data (f.rb, &pc.data, 100, y, 0), ==, 0);
+  g_assert_cmpint (rbi_pwrite_data (f.rb, &pc.data, 100, y, 0), ==, 0);
   memcpy (f.model + y, w, 100);
   g_assert_true (ts_pending_has (f.ts, w, 100, y));
   g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITEBACK), ==, 0);
@@ -989,7 +989,7 @@ test_data_paths (void)
   rb_atomic_store (&f.rb->dirty_limit, (uint64_t) 1);
   ts_fill_random (f.r, w, 100);
   pieces_init (&f, &pc, w, 100);
-  g_assert_false (rb_try_pwrite (f.rb, &pc.data, 100, y, 0));
+  g_assert_false (rbi_try_pwrite (f.rb, &pc.data, 100, y, 0));
   g_assert_cmpint (pc.copies, ==, 0);
   rb_atomic_store (&f.rb->dirty_limit, (uint64_t) 0);
   ts_gate_open (g);
@@ -1217,7 +1217,7 @@ zero_vs_write_before_ram (uint32_t chunk, guint32 seed)
                      .len = chunk, .off = x, .hold_before = true };
   job_start (&z);
   TS_WAIT (rb_atomic_load (&zero_held), "the zero to mark its chunk");
-  g_assert_cmpstr (chunk_state_name (chunkmap_get (&f.rb->map, c)), ==,
+  g_assert_cmpstr (rbi_chunk_state_name (chunkmap_get (&f.rb->map, c)), ==,
                    "zero");
   fx_write (&f, w, chunk, x, 0);        /* W, before Z in RAM */
   ts_sync_until_ok (f.rb);                 /* W's data stored, X clean */
@@ -1237,7 +1237,7 @@ zero_vs_write_before_ram (uint32_t chunk, guint32 seed)
                "%" PRIu64 " is %s but RAM differs from the store at byte "
                "%" PRIu32 " of it: %02x != %02x (a restart would show "
                "data the device no longer served)", chunk, c,
-               chunk_state_name (st), i, ram[i], store[i]);
+               rbi_chunk_state_name (st), i, ram[i], store[i]);
   fx_finish (&f, "a zero whose RAM change lands after a write");
 }
 
@@ -1250,7 +1250,7 @@ test_zero_vs_write_before_ram (void)
 
 /* --- sync tickets answered by the journal's committer ------------------ */
 
-/* rb_sync_answered reads sync_done and sync_failed without the lock
+/* rbi_sync_answered reads sync_done and sync_failed without the lock
  * (the kernel target waits that way), so whoever answers a ticket must
  * store them atomically: the journal's committer too.  Polled from
  * here while the committer answers; a plain store is a data race that
@@ -1314,8 +1314,8 @@ test_journal_sync_answered (void)
     int r;
 
     fx_write (&f, buf, CHUNK, (uint64_t) (i % 16) * CHUNK, 0);
-    t = rb_sync_request (f.rb);
-    while ((r = rb_sync_answered (f.rb, t)) == 0)
+    t = rbi_sync_request (f.rb);
+    while ((r = rbi_sync_answered (f.rb, t)) == 0)
       g_usleep (100);
     if (r != 1)
       g_error ("journal: sync ticket %" PRIu64 " failed", t);

@@ -232,7 +232,7 @@ chunkmap_get (const struct chunkmap *cm, uint64_t c)
 }
 
 const char *
-chunk_state_name (enum chunk_state s)
+rbi_chunk_state_name (enum chunk_state s)
 {
   switch (s) {
   case CS_EMPTY: return "empty";

@@ -129,7 +129,7 @@ extern uint64_t chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s,
                                     unsigned n);
 
 extern enum chunk_state chunkmap_get (const struct chunkmap *cm, uint64_t c);
-extern const char *chunk_state_name (enum chunk_state s);
+extern const char *rbi_chunk_state_name (enum chunk_state s);
 
 /* Move every chunk of [first, first+n) whose state is in the set 'from'
  * (CS_BIT()s) to 'to'.  Returns how many moved; if 'moved' is not NULL,

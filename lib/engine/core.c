@@ -103,7 +103,7 @@ rb_open (const struct rb_config *config)
    * replayed onto the store before anything is taken from it, RAM
    * image included.
    */
-  if (rb->cfg.journal && rb_txn_open (rb) == -1)
+  if (rb->cfg.journal && rbi_txn_open (rb) == -1)
     goto fail;
 
   {
@@ -134,8 +134,8 @@ rb_open (const struct rb_config *config)
   }
   rb->nb = rb->ram.nb_words;
   if (rb->ram.source != RAMIMAGE_POPULATED) {
-    rb_resume_map (rb);
-    rb_check_populated (rb);
+    rbi_resume_map (rb);
+    rbi_check_populated (rb);
   }
   /* Sector bits: write-back (or a journal's transactions) of what was
    * written, not whole chunks.
@@ -148,13 +148,13 @@ rb_open (const struct rb_config *config)
     goto fail;
   }
   ramimage_in_use (&rb->ram);
-  if (rb->txns && rb_txn_check_fit (rb) == -1)
+  if (rb->txns && rbi_txn_check_fit (rb) == -1)
     goto fail;
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;
   rb->populate_rate.bps = rb->cfg.populate_rate;
-  rb_recompute_limit (rb);
+  rbi_recompute_limit (rb);
   return rb;
 
  fail:
@@ -186,9 +186,9 @@ rb_start (struct rb *rb)
     rb->started = true;
     rb->start_ns = rb_now_ns ();
   }
-  if (rb_flusher_start (rb) == -1)
+  if (rbi_flusher_start (rb) == -1)
     return -1;
-  if (rb->cfg.populate && rb_populator_start (rb) == -1)
+  if (rb->cfg.populate && rbi_populator_start (rb) == -1)
     return -1;
   return 0;
 }
@@ -205,9 +205,9 @@ rb_shutdown (struct rb *rb)
     rb_cond_broadcast (&rb->space_cond);
     rb_cond_broadcast (&rb->populated_cond);
   }
-  rb_populator_stop (rb);
+  rbi_populator_stop (rb);
   {
-    int r = rb->store ? rb_flusher_stop (rb) : 0;
+    int r = rb->store ? rbi_flusher_stop (rb) : 0;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->shut_down = true;
     rb->shutdown_result = r;
@@ -226,12 +226,12 @@ rb_close (struct rb *rb)
 
   /* Everything reached the store and was synced: nothing is NB. */
   if (r == 0 && rb->map.words)
-    rb_nb_clear_all (rb);
+    rbi_nb_clear_all (rb);
   if (rb->map.words)
     chunkmap_free (&rb->map);
   /* A ram= file is kept either way; clean says what it holds. */
   ramimage_close (&rb->ram, r == 0);
-  rb_txn_close (rb, r == 0 && rb->started);
+  rbi_txn_close (rb, r == 0 && rb->started);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);
@@ -277,7 +277,7 @@ rb_set_mode (struct rb *rb, enum rb_mode mode)
     /* Populate pauses in writethrough mode and resumes after it. */
     rb_cond_broadcast (&rb->populator_cond);
   }
-  rb_flusher_hurry (rb);
+  rbi_flusher_hurry (rb);
   return 0;
 }
 
@@ -295,7 +295,7 @@ rb_set_trace (struct rb *rb, bool on)
 }
 
 void
-rb_record_error (struct rb *rb, int err, const char *what)
+rbi_record_error (struct rb *rb, int err, const char *what)
 {
   rb_atomic_add (&rb->store_errors, 1);
   {
@@ -317,7 +317,7 @@ rb_record_error (struct rb *rb, int err, const char *what)
 #define UPS_BOOTSTRAP (UINT64_C (16) * 1024 * 1024)
 
 void
-rb_recompute_limit (struct rb *rb)
+rbi_recompute_limit (struct rb *rb)
 {
   uint64_t limit = rb->cfg.dirty_max;
 

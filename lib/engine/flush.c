@@ -7,7 +7,7 @@
  * ascending order, and at the end of the sweep syncs the store.  Every
  * sweep covers the sync tickets issued before it began: rb_sync() takes
  * a ticket and waits for the sweep that covers it.  One sweep and its
- * sync are one call of rb_flush_step(), which returns the delay before
+ * sync are one call of rbi_flush_step(), which returns the delay before
  * the next; the flusher thread (flusher_main) only waits that out.
  *
  * Per batch:
@@ -42,8 +42,8 @@
  * good sync is re-dirtied and written again: the writes it was meant to
  * cover, those that completed while it ran, and those still in flight,
  * which notice the new failure generation when they complete
- * (rb_write_done).  A caller's sync counts only if no sync failed since
- * it began writing (rb_sync_store's gen), so a FUA write or a FLUSH is
+ * (rbi_write_done).  A caller's sync counts only if no sync failed since
+ * it began writing (rbi_sync_store's gen), so a FUA write or a FLUSH is
  * acknowledged only if every write it covers completed before a sync
  * that succeeded started.  A sweep with any failure fails the tickets
  * it covers, so FLUSH keeps failing until one full sweep, writes and
@@ -56,13 +56,13 @@
  * next one: a block rewritten many times within that is stored once.
  * Nothing waits on it: a stop, a sync ticket (rb_sync, FLUSH with
  * fsync=wait), writethrough mode and a writer at the dirty limit
- * (dirty-max=, ups-window=) end the wait at once (rb_flusher_hurry,
+ * (dirty-max=, ups-window=) end the wait at once (rbi_flusher_hurry,
  * flusher_delaying), and no wait begins while the dirty data is over
  * half the limit, so that writers do not stall on it.
  *
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
- * retires the NB bits of what it covered (rb_nb_retire).
+ * retires the NB bits of what it covered (rbi_nb_retire).
  */
 
 #include "env.h"
@@ -138,7 +138,7 @@ estimate (struct rb *rb, uint64_t c, bool *prev, uint64_t *nios,
   if (rb->map.sect == NULL || dense (rb, c)) {
     *nios += *prev ? 0 : 1;
     *prev = true;
-    *bytes += chunks_bytes (rb, c, 1);
+    *bytes += rbi_chunks_bytes (rb, c, 1);
     return;
   }
   while (s < end) {
@@ -315,14 +315,15 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   size_t i, nio = 0;
 
   for (i = 0; i < k; i++) {
-    uint64_t off = chunk_offset (rb, runs[i].first);
+    uint64_t off = rbi_chunk_offset (rb, runs[i].first);
     nodes[i] = (struct rl_node) {
-      .start = off, .end = off + chunks_bytes (rb, runs[i].first, runs[i].n),
+      .start = off,
+      .end = off + rbi_chunks_bytes (rb, runs[i].first, runs[i].n),
       .kind = RL_STORE,
     };
   }
   rangelock_acquire_batch (&rb->rl, nodes, k);
-  gen = rb_write_begin (rb);
+  gen = rbi_write_begin (rb);
 
   for (i = 0; i < k; i++) {
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
@@ -332,7 +333,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
 
     /* With resume: the chunk is "not durable" before it is CLEAN. */
     if (rb->nb)
-      rb_nb_set (rb, runs[i].first, runs[i].n);
+      rbi_nb_set (rb, runs[i].first, runs[i].n);
     if (runs[i].kind == CS_DIRTY && rb->map.sect)
       runs[i].taken = take_sectors (rb, &runs[i], ios, &nio, cap);
     else {
@@ -352,15 +353,15 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
 
   for (i = 0; i < nio; i++) {
     if (ios[i].err) {
-      rb_redirty (rb, ios[i].offset, ios[i].count);
+      rbi_redirty (rb, ios[i].offset, ios[i].count);
       rb_atomic_store (&rb->store_failing, true);
-      rb_record_store_error (rb, ios[i].err, "write back",
+      rbi_record_store_error (rb, ios[i].err, "write back",
                              ios[i].count, ios[i].offset);
       if (first_err == 0)
         first_err = ios[i].err;
     }
     else {
-      rb_write_done (rb, gen, ios[i].offset, ios[i].count);
+      rbi_write_done (rb, gen, ios[i].offset, ios[i].count);
       rb_atomic_add (&rb->stored_bytes, ios[i].count);
       if (ios[i].op == RB_IO_WRITE)
         bytes += ios[i].count;
@@ -372,12 +373,12 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   }
 
   *written += bytes;
-  rb_recompute_limit (rb);
+  rbi_recompute_limit (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_broadcast (&rb->space_cond);
   }
-  if (rb_tracing (rb))
+  if (rbi_tracing (rb))
     rb_log ("flush: %zu runs, %zu requests, %" PRIu64 " bytes%s", k, nio,
             bytes, first_err ? " (with errors)" : "");
   if (first_err) {
@@ -412,7 +413,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
 
   while ((k = collect (rb, &cursor, runs)) > 0) {
     uint64_t now = rb_now_ns (), t0, elapsed, bytes = 0;
-    uint64_t wait = rb_rate_delay (&rb->flush_rate,
+    uint64_t wait = rbi_rate_delay (&rb->flush_rate,
                                    data_bytes (rb, runs, k), now);
 
     /* The cap is lifted for the final drain of a clean stop. */
@@ -423,7 +424,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
       if (err == 0)
         err = errno;
       flusher_sleep (rb, backoff * 1000000);
-      backoff = rb_backoff_next_ms (backoff);
+      backoff = rbi_backoff_next_ms (backoff);
     }
     else
       backoff = BACKOFF_MIN_MS;
@@ -433,12 +434,12 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
      */
     elapsed = rb_now_ns () - t0;
     if (rb->flush_rate.bps)
-      elapsed = RB_MAX (elapsed, rb_rate_ns (bytes, rb->flush_rate.bps));
+      elapsed = RB_MAX (elapsed, rbi_rate_ns (bytes, rb->flush_rate.bps));
     ss->bytes += bytes;
     ss->busy_ns += elapsed;
     if (ss->busy_ns >= BOUND_MIN_NS) {
-      rb_bw_bound (&rb->flush_bw, ss->bytes, ss->busy_ns);
-      rb_recompute_limit (rb);
+      rbi_bw_bound (&rb->flush_bw, ss->bytes, ss->busy_ns);
+      rbi_recompute_limit (rb);
     }
   }
   return err;
@@ -473,11 +474,11 @@ may_delay_locked (struct rb *rb, uint64_t target)
   return rb->cfg.flush_delay_ms > 0 && !rb->stopping &&
     rb->sync_requested == target &&
     rb_atomic_load (&rb->mode) == RB_MODE_WRITEBACK &&
-    !rb_dirty_pressure (rb);
+    !rbi_dirty_pressure (rb);
 }
 
 /* Wait until deadline while may_delay_locked.  flusher_delaying is set
- * before the conditions are checked, and rb_flusher_hurry changes them
+ * before the conditions are checked, and rbi_flusher_hurry changes them
  * before it reads it (all seq_cst): either we see the change or it
  * sees the flag and signals, under the lock we wait with.
  */
@@ -525,7 +526,7 @@ redirty_suspects (struct rb *rb)
   do {
     n = rb->store->ops->take_suspects (rb->store, r, 16, &pending);
     for (i = 0; i < n; i++)
-      rb_redirty (rb, r[i].offset, r[i].count);
+      rbi_redirty (rb, r[i].offset, r[i].count);
   } while (n == 16);
   return pending;
 }
@@ -538,7 +539,7 @@ redirty_suspects (struct rb *rb)
  * then clears it.
  */
 uint64_t
-rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
+rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
 {
   struct sweep_stats ss = { 0, 0 };
   uint64_t gen, t;
@@ -560,7 +561,7 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
    */
   t = rb_now_ns ();
   if (sync_needed (rb, fs->target)) {
-    if (rb_sync_store (rb, gen) == -1) {
+    if (rbi_sync_store (rb, gen) == -1) {
       if (err == 0)
         err = errno;
     }
@@ -568,14 +569,14 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
       /* The bandwidth that sizes the UPS window is bytes made
        * durable per second: the sweep's writes and its sync.
        */
-      rb_bw_sample (&rb->flush_bw, ss.bytes,
+      rbi_bw_sample (&rb->flush_bw, ss.bytes,
                     ss.busy_ns + (rb_now_ns () - t));
     }
   }
-  rb_recompute_limit (rb);
+  rbi_recompute_limit (rb);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  rb_sync_answer_locked (rb, fs->target, err);
+  rbi_sync_answer_locked (rb, fs->target, err);
   /* Every write and the sync succeeded: the store works again. */
   if (err == 0)
     rb_atomic_store (&rb->store_failing, false);
@@ -584,7 +585,7 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   if (err) {
     /* The store is failing: back off before the next sweep. */
     uint64_t delay = fs->backoff * 1000000;
-    fs->backoff = rb_backoff_next_ms (fs->backoff);
+    fs->backoff = rbi_backoff_next_ms (fs->backoff);
     if (rb->stopping)
       rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
                "back yet (%s); retrying", chunkmap_dirty (&rb->map),
@@ -620,16 +621,16 @@ rb_flush_step (struct rb *rb, struct rb_flusher_state *fs)
 }
 
 void
-rb_flusher_state_init (struct rb_flusher_state *fs)
+rbi_flusher_state_init (struct rb_flusher_state *fs)
 {
   *fs = (struct rb_flusher_state) { .backoff = BACKOFF_MIN_MS };
 }
 
-/* Wait out what rb_flush_step() asked for (the POSIX flusher thread and
+/* Wait out what rbi_flush_step() asked for (the POSIX flusher thread and
  * the kernel target's kthread both do it this way).
  */
 void
-rb_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
+rbi_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
                  uint64_t delay)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -662,10 +663,10 @@ flusher_main (void *arg)
   struct rb_flusher_state *fs = &rb->flusher_state;
   uint64_t delay;
 
-  rb_flusher_state_init (fs);
-  while ((delay = rb_flush_step (rb, fs)) != RB_STEP_DONE)
+  rbi_flusher_state_init (fs);
+  while ((delay = rbi_flush_step (rb, fs)) != RB_STEP_DONE)
     if (delay)
-      rb_flusher_wait (rb, fs, delay);
+      rbi_flusher_wait (rb, fs, delay);
   return NULL;
 }
 
@@ -677,7 +678,7 @@ flusher_thread (void *arg)
 }
 
 int
-rb_flusher_start (struct rb *rb)
+rbi_flusher_start (struct rb *rb)
 {
   if (rb->jops)                 /* journal=: transactions (txn.c) */
     return rb->jops->start (rb);
@@ -693,7 +694,7 @@ rb_flusher_start (struct rb *rb)
 }
 
 int
-rb_flusher_stop (struct rb *rb)
+rbi_flusher_stop (struct rb *rb)
 {
   if (rb->jops)
     return rb->jops->stop (rb);
@@ -710,7 +711,7 @@ rb_flusher_stop (struct rb *rb)
     /* Nobody sweeps any more: answer every sync still waiting. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
-    rb_sync_answer_locked (rb, rb->sync_requested,
+    rbi_sync_answer_locked (rb, rb->sync_requested,
                            chunkmap_dirty (&rb->map) == 0 &&
                            rb->unsynced.len == 0 ? 0 : EIO);
   }
@@ -723,7 +724,7 @@ rb_flusher_stop (struct rb *rb)
 }
 
 void
-rb_flusher_kick (struct rb *rb)
+rbi_flusher_kick (struct rb *rb)
 {
   if (rb_atomic_load (&rb->flusher_idle)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -732,7 +733,7 @@ rb_flusher_kick (struct rb *rb)
 }
 
 void
-rb_flusher_hurry (struct rb *rb)
+rbi_flusher_hurry (struct rb *rb)
 {
   if (rb_atomic_load (&rb->flusher_idle) ||
       rb_atomic_load (&rb->flusher_delaying)) {
@@ -742,13 +743,13 @@ rb_flusher_hurry (struct rb *rb)
 }
 
 uint64_t
-rb_write_begin (struct rb *rb)
+rbi_write_begin (struct rb *rb)
 {
   return rb_atomic_load (&rb->fail_gen);
 }
 
 void
-rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
+rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
 {
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -781,11 +782,11 @@ rb_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
       x->v[x->len++] = (struct rb_extent) { offset, count };
     }
   }
-  rb_flusher_kick (rb);
+  rbi_flusher_kick (rb);
   return;
 
  redirty:
-  rb_redirty (rb, offset, count);
+  rbi_redirty (rb, offset, count);
 }
 
 /* Synced, or re-dirtied: no longer unsynced.  Writers may wait for
@@ -805,14 +806,14 @@ redirty_all (struct rb *rb, struct rb_extents *x)
   size_t i;
 
   for (i = 0; i < x->len; i++)
-    rb_redirty (rb, x->v[i].offset, x->v[i].count);
+    rbi_redirty (rb, x->v[i].offset, x->v[i].count);
   retire (rb, x);
   rb_free (x->v);
   memset (x, 0, sizeof *x);
 }
 
 int
-rb_sync_store (struct rb *rb, uint64_t gen)
+rbi_sync_store (struct rb *rb, uint64_t gen)
 {
   struct rb_extents snap, since;
   int err;
@@ -833,7 +834,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
   }
   if (rb->store->ops->flush (rb->store) == 0) {
     rb_atomic_add (&rb->syncs, 1);
-    rb_nb_retire (rb, &snap);
+    rbi_nb_retire (rb, &snap);
     retire (rb, &snap);
     rb_free (snap.v);
     return 0;
@@ -841,7 +842,7 @@ rb_sync_store (struct rb *rb, uint64_t gen)
   err = errno ? errno : EIO;
   rb_atomic_add (&rb->sync_errors, 1);
   rb_atomic_store (&rb->store_failing, true);
-  rb_record_error (rb, err, rb_get_error ());
+  rbi_record_error (rb, err, rb_get_error ());
   /* Never trust a retried sync: everything written since the last good
    * one is written again, including what completed while this sync ran
    * (taken now, under the lock that also bumps the generation, so a
@@ -862,19 +863,19 @@ rb_sync_store (struct rb *rb, uint64_t gen)
 }
 
 void
-rb_redirty (struct rb *rb, uint64_t offset, uint64_t count)
+rbi_redirty (struct rb *rb, uint64_t offset, uint64_t count)
 {
-  uint64_t c0 = chunk_of (rb, offset);
-  uint64_t c1 = chunk_of (rb, offset + count - 1);
+  uint64_t c0 = rbi_chunk_of (rb, offset);
+  uint64_t c1 = rbi_chunk_of (rb, offset + count - 1);
 
-  rb_mark_sectors (rb, offset, count);
+  rbi_mark_sectors (rb, offset, count);
   chunkmap_move (&rb->map, c0, c1 - c0 + 1,
                  CS_BIT (CS_EMPTY) | CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
-  rb_flusher_kick (rb);
+  rbi_flusher_kick (rb);
 }
 
 void
-rb_sync_answer_locked (struct rb *rb, uint64_t target, int err)
+rbi_sync_answer_locked (struct rb *rb, uint64_t target, int err)
 {
   if (err == 0) {
     if (target > rb->sync_done)
@@ -888,7 +889,7 @@ rb_sync_answer_locked (struct rb *rb, uint64_t target, int err)
 }
 
 uint64_t
-rb_sync_request (struct rb *rb)
+rbi_sync_request (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   rb_cond_signal (&rb->flusher_cond);
@@ -896,7 +897,7 @@ rb_sync_request (struct rb *rb)
 }
 
 int
-rb_sync_answered (struct rb *rb, uint64_t t)
+rbi_sync_answered (struct rb *rb, uint64_t t)
 {
   if (rb_atomic_load (&rb->sync_done) >= t)
     return 1;

@@ -56,7 +56,7 @@
  * request's data is one flat buffer (the plugin: rb_pread, rb_pwrite)
  * or whatever a struct rb_data copies from and to (the kernel target:
  * a bio's pages).  The fast path never waits, so it also exists on its
- * own (rb_try_pread, rb_try_pwrite) for a caller that must not sleep,
+ * own (rbi_try_pread, rbi_try_pwrite) for a caller that must not sleep,
  * the kernel target's map(): it does the request if it needs no wait,
  * or does nothing and says so, and the caller makes the waiting call
  * from a context where sleeping is fine (its workqueue).  Both end in
@@ -78,7 +78,7 @@ struct req {
   uint64_t offset, count;
   uint64_t c0, c1;              /* first and last chunk touched */
   unsigned flags;
-  bool nowait;                  /* rb_try_pwrite: must not sleep */
+  bool nowait;                  /* rbi_try_pwrite: must not sleep */
 };
 
 static void
@@ -91,8 +91,8 @@ req_init (struct rb *rb, struct req *r, enum op op, const void *buf,
   r->data = data;
   r->offset = offset;
   r->count = count;
-  r->c0 = chunk_of (rb, offset);
-  r->c1 = chunk_of (rb, offset + count - 1);
+  r->c0 = rbi_chunk_of (rb, offset);
+  r->c1 = rbi_chunk_of (rb, offset + count - 1);
   r->flags = flags;
   r->nowait = false;
 }
@@ -108,15 +108,15 @@ static void
 range_of (struct rb *rb, uint64_t c0, uint64_t c1, uint64_t *start,
           uint64_t *end)
 {
-  *start = chunk_offset (rb, c0);
-  *end = *start + chunks_bytes (rb, c0, c1 - c0 + 1);
+  *start = rbi_chunk_offset (rb, c0);
+  *end = *start + rbi_chunks_bytes (rb, c0, c1 - c0 + 1);
 }
 
 /* Is chunk c only partly covered by the request? */
 static bool
 partial (struct rb *rb, const struct req *r, uint64_t c)
 {
-  uint64_t s = chunk_offset (rb, c), e = s + chunks_bytes (rb, c, 1);
+  uint64_t s = rbi_chunk_offset (rb, c), e = s + rbi_chunks_bytes (rb, c, 1);
   return r->offset > s || r->offset + r->count < e;
 }
 
@@ -126,10 +126,10 @@ partial (struct rb *rb, const struct req *r, uint64_t c)
 static int
 load_edges (struct rb *rb, const struct req *r)
 {
-  if (partial (rb, r, r->c0) && rb_load_chunks (rb, r->c0, 1) == -1)
+  if (partial (rb, r, r->c0) && rbi_load_chunks (rb, r->c0, 1) == -1)
     return -1;
   if (r->c1 != r->c0 && partial (rb, r, r->c1) &&
-      rb_load_chunks (rb, r->c1, 1) == -1)
+      rbi_load_chunks (rb, r->c1, 1) == -1)
     return -1;
   return 0;
 }
@@ -177,7 +177,7 @@ kick (struct rb *rb, const struct req *r)
   if (r->nowait && rb->kick_nowait)
     rb->kick_nowait (rb);
   else
-    rb_flusher_kick (rb);
+    rbi_flusher_kick (rb);
 }
 
 /* Mark the touched chunks dirty.  A partial zero leaves a ZERO chunk
@@ -195,7 +195,7 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 
   /* The sector bits before the state (chunkmap.h). */
   if (r->op == OP_WRITE) {
-    rb_mark_sectors (rb, r->offset, r->count);
+    rbi_mark_sectors (rb, r->offset, r->count);
     moved = chunkmap_move (&rb->map, r->c0, n,
                            empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_ZERO),
                            CS_DIRTY, NULL);
@@ -208,14 +208,15 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
                                      CS_BIT (CS_CLEAN));
     }
     if (partial (rb, r, r->c0)) {
-      rb_mark_sectors (rb, r->offset,
-                       RB_MIN (end, chunk_offset (rb, r->c0 + 1)) - r->offset);
+      rbi_mark_sectors (rb, r->offset,
+                        RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
+                        r->offset);
       moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
     }
     if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
-      rb_mark_sectors (rb, chunk_offset (rb, r->c1),
-                       end - chunk_offset (rb, r->c1));
+      rbi_mark_sectors (rb, rbi_chunk_offset (rb, r->c1),
+                       end - rbi_chunk_offset (rb, r->c1));
       moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
     }
@@ -273,7 +274,7 @@ over (struct rb *rb, uint64_t limit)
 }
 
 bool
-rb_over_dirty_limit (struct rb *rb)
+rbi_over_dirty_limit (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
@@ -281,7 +282,7 @@ rb_over_dirty_limit (struct rb *rb)
 }
 
 bool
-rb_dirty_pressure (struct rb *rb)
+rbi_dirty_pressure (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
@@ -289,7 +290,7 @@ rb_dirty_pressure (struct rb *rb)
 }
 
 void
-rb_throttle (struct rb *rb)
+rbi_throttle (struct rb *rb)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
@@ -297,14 +298,14 @@ rb_throttle (struct rb *rb)
   /* flush-delay=: past half the limit, write back waits no more. */
   if (limit != 0 && rb_atomic_load (&rb->flusher_delaying) &&
       over (rb, limit / 2))
-    rb_flusher_hurry (rb);
+    rbi_flusher_hurry (rb);
   if (limit == 0 || !OVER ())
     return;
   rb_atomic_add (&rb->throttled, 1);
   if (rb->jops)                 /* the dirty data drains by commits */
     rb->jops->hurry (rb);
   else
-    rb_flusher_hurry (rb);
+    rbi_flusher_hurry (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   while (!rb->stopping && OVER ()) {
     rb_cond_wait (&rb->space_cond, &rb->lock);
@@ -334,7 +335,7 @@ writethrough (struct rb *rb, const struct req *r)
    * RAM may differ from the store until a sync (resume.c).
    */
   if (rb->nb)
-    rb_nb_set (rb, r->c0, r->c1 - r->c0 + 1);
+    rbi_nb_set (rb, r->c0, r->c1 - r->c0 + 1);
   apply (rb, r);
   /* A ZERO chunk that now holds data must not be written back as a
    * hole later: it is plain dirty now (still under our range, so the
@@ -350,7 +351,7 @@ writethrough (struct rb *rb, const struct req *r)
     .count = r->count, .offset = r->offset, .fua = fua,
   };
   if (!fua)
-    gen = rb_write_begin (rb);
+    gen = rbi_write_begin (rb);
   if (rb->store->ops->submit (rb->store, &io, 1) == 0) {
     /* Fully covered chunks that were never loaded now match the store.
      * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have
@@ -363,26 +364,26 @@ writethrough (struct rb *rb, const struct req *r)
     if (r->op == OP_WRITE)
       rb_atomic_add (&rb->written_through, 1);
     if (!fua)
-      rb_write_done (rb, gen, r->offset, r->count);
+      rbi_write_done (rb, gen, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
     /* FUA: durable only if no sync failed since this write began. */
     if (!fua && (r->flags & RB_FUA) && rb->cfg.fsync_wait &&
-        rb_sync_store (rb, gen) == -1)
+        rbi_sync_store (rb, gen) == -1)
       ret = -1;
   }
   else {
     /* The kernel has no errno: the request carries the error. */
     int err = io.err ? io.err : errno;
 
-    rb_redirty (rb, r->offset, r->count);
+    rbi_redirty (rb, r->offset, r->count);
     rangelock_release (&rb->rl, &node);
     rb_atomic_store (&rb->store_failing, true);
-    rb_record_store_error (rb, err, "writethrough", r->count, r->offset);
+    rbi_record_store_error (rb, err, "writethrough", r->count, r->offset);
     rb_set_error (err, "writethrough to the backing store failed "
                   "(the data is kept in RAM and will be retried)");
     ret = -1;
   }
-  rb_check_populated (rb);
+  rbi_check_populated (rb);
   return ret;
 }
 
@@ -402,14 +403,14 @@ slow_path (struct rb *rb, const struct req *r)
   apply (rb, r);
   mark_dirty (rb, r, pre);
   rangelock_release (&rb->rl, &node);
-  rb_check_populated (rb);
+  rbi_check_populated (rb);
   return 0;
 }
 
 static inline __attribute__ ((__always_inline__)) void
 trace_write (struct rb *rb, const struct req *r)
 {
-  if (rb_tracing (rb))
+  if (rbi_tracing (rb))
     rb_log ("%s %" PRIu64 "@%" PRIu64 "%s", r->op == OP_WRITE ? "write" : "zero",
             r->count, r->offset, (r->flags & RB_FUA) ? " fua" : "");
 }
@@ -438,7 +439,7 @@ journal_write (struct rb *rb, const struct req *r)
   uint64_t reserved;
   int ret = 0;
 
-  rb_throttle (rb);
+  rbi_throttle (rb);
   if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
   if (!loaded (rb, r->c0, r->c1))
@@ -474,7 +475,7 @@ do_write (struct rb *rb, const struct req *r)
     return writethrough (rb, r);
   }
 
-  rb_throttle (rb);
+  rbi_throttle (rb);
   if (!loaded (rb, r->c0, r->c1))
     return slow_path (rb, r);
   fast_write (rb, r);
@@ -488,7 +489,7 @@ try_write (struct rb *rb, struct req *r)
   if (rb->store->read_only || rb->jops ||
       rb_atomic_load (&rb->mode) != RB_MODE_WRITEBACK ||
       ((r->flags & RB_FUA) && rb->cfg.fsync_wait) ||
-      rb_over_dirty_limit (rb) || !loaded (rb, r->c0, r->c1))
+      rbi_over_dirty_limit (rb) || !loaded (rb, r->c0, r->c1))
     return false;
   r->nowait = true;
   trace_write (rb, r);
@@ -508,16 +509,16 @@ ensure_loaded (struct rb *rb, uint64_t c0, uint64_t c1)
     return 0;
   range_of (rb, c0, c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
-  r = rb_load_chunks (rb, c0, c1 - c0 + 1);
+  r = rbi_load_chunks (rb, c0, c1 - c0 + 1);
   rangelock_release (&rb->rl, &node);
-  rb_check_populated (rb);
+  rbi_check_populated (rb);
   return r;
 }
 
 static void
 trace_read (struct rb *rb, uint32_t count, uint64_t offset)
 {
-  if (rb_tracing (rb))
+  if (rbi_tracing (rb))
     rb_log ("read %" PRIu32 "@%" PRIu64, count, offset);
 }
 
@@ -528,8 +529,8 @@ do_read (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
   if (count == 0)
     return 0;
   trace_read (rb, count, offset);
-  if (ensure_loaded (rb, chunk_of (rb, offset),
-                     chunk_of (rb, offset + count - 1)) == -1)
+  if (ensure_loaded (rb, rbi_chunk_of (rb, offset),
+                     rbi_chunk_of (rb, offset + count - 1)) == -1)
     return -1;
   copy_out (rb, buf, data, count, offset);
   return 0;
@@ -542,7 +543,7 @@ rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
 }
 
 int
-rb_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
+rbi_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
                uint64_t offset)
 {
   return do_read (rb, NULL, data, count, offset);
@@ -550,12 +551,13 @@ rb_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
 
 /* Loaded chunks never go back to EMPTY: no range needed to copy. */
 bool
-rb_try_pread (struct rb *rb, struct rb_data *data, uint32_t count,
+rbi_try_pread (struct rb *rb, struct rb_data *data, uint32_t count,
               uint64_t offset)
 {
   if (count == 0)
     return true;
-  if (!loaded (rb, chunk_of (rb, offset), chunk_of (rb, offset + count - 1)))
+  if (!loaded (rb, rbi_chunk_of (rb, offset),
+              rbi_chunk_of (rb, offset + count - 1)))
     return false;
   trace_read (rb, count, offset);
   copy_out (rb, NULL, data, count, offset);
@@ -586,14 +588,14 @@ rb_pwrite (struct rb *rb, const void *buf, uint32_t count, uint64_t offset,
 }
 
 int
-rb_pwrite_data (struct rb *rb, struct rb_data *data, uint32_t count,
+rbi_pwrite_data (struct rb *rb, struct rb_data *data, uint32_t count,
                 uint64_t offset, unsigned flags)
 {
   return write_data (rb, NULL, data, count, offset, flags);
 }
 
 bool
-rb_try_pwrite (struct rb *rb, struct rb_data *data, uint32_t count,
+rbi_try_pwrite (struct rb *rb, struct rb_data *data, uint32_t count,
                uint64_t offset, unsigned flags)
 {
   struct req r;
@@ -632,8 +634,8 @@ rb_cache (struct rb *rb, uint32_t count, uint64_t offset)
 {
   if (count == 0)
     return 0;
-  return ensure_loaded (rb, chunk_of (rb, offset),
-                        chunk_of (rb, offset + count - 1));
+  return ensure_loaded (rb, rbi_chunk_of (rb, offset),
+                        rbi_chunk_of (rb, offset + count - 1));
 }
 
 int

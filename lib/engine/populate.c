@@ -14,7 +14,7 @@
  * bandwidth goes to draining dirty data; on a UPS that is what matters)
  * and resumes when writeback mode returns.  Demand loads go on in both.
  *
- * One batch (or one hole) is one call of rb_populate_step(), which
+ * One batch (or one hole) is one call of rbi_populate_step(), which
  * returns the delay before the next; the populator thread
  * (populator_main) only pauses and waits that out.
  */
@@ -28,7 +28,7 @@
 #define BATCH_IOS 8
 
 void
-rb_check_populated (struct rb *rb)
+rbi_check_populated (struct rb *rb)
 {
   if (rb_atomic_load (&rb->populated) ||
       chunkmap_loaded (&rb->map) < rb->nchunks)
@@ -44,7 +44,7 @@ rb_check_populated (struct rb *rb)
  * possible.  Returns 0 or -1 with errno.  The caller holds a range.
  */
 int
-rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
+rbi_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
 {
   uint64_t c = first, end = first + n;
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
@@ -59,11 +59,11 @@ rb_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
       c++;
       continue;
     }
-    off = chunk_offset (rb, c);
-    bytes = chunks_bytes (rb, c, len);
+    off = rbi_chunk_offset (rb, c);
+    bytes = rbi_chunks_bytes (rb, c, len);
     if (rb_store_pread (rb->store, rb->ram.base + off, bytes, off) == -1) {
       int err = errno;
-      rb_record_store_error (rb, err, "load", bytes, off);
+      rbi_record_store_error (rb, err, "load", bytes, off);
       rb_set_error (err, "cannot load %" PRIu64 " bytes at %" PRIu64
                     " from the backing store", bytes, off);
       return -1;
@@ -104,10 +104,10 @@ static void
 mark_hole (struct rb *rb, uint64_t c, uint64_t n)
 {
   struct rl_node node;
-  uint64_t start = chunk_offset (rb, c);
+  uint64_t start = rbi_chunk_offset (rb, c);
 
   rangelock_acquire (&rb->rl, &node, start,
-                     start + chunks_bytes (rb, c, n), RL_LOAD);
+                     start + rbi_chunks_bytes (rb, c, n), RL_LOAD);
   chunkmap_move (&rb->map, c, n, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
   rangelock_release (&rb->rl, &node);
 }
@@ -124,7 +124,7 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
   *data_end = rb->nchunks;
   if (rb->store->ops->next_data == NULL)
     return c;
-  if (rb->store->ops->next_data (rb->store, chunk_offset (rb, c),
+  if (rb->store->ops->next_data (rb->store, rbi_chunk_offset (rb, c),
                                  &data, &hole) == -1) {
     rb_log ("populate: cannot map holes (%s): reading everything",
             rb_get_error ());
@@ -133,7 +133,7 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
   *data_end = (hole + rb->chunk_size - 1) >> rb->chunk_shift;
   if (*data_end > rb->nchunks)
     *data_end = rb->nchunks;
-  return data >= rb->size ? rb->nchunks : chunk_of (rb, data);
+  return data >= rb->size ? rb->nchunks : rbi_chunk_of (rb, data);
 }
 
 /* Load one batch: up to BATCH_IOS runs of EMPTY chunks in [c, limit),
@@ -178,7 +178,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
     }
     runs[k][0] = next;
     runs[k][1] = n;
-    bytes += chunks_bytes (rb, next, n);
+    bytes += rbi_chunks_bytes (rb, next, n);
     next += n;
     k++;
   }
@@ -186,14 +186,14 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
     return next;
 
   t0 = rb_now_ns ();
-  wait = rb_rate_delay (&rb->populate_rate, bytes, t0);
+  wait = rbi_rate_delay (&rb->populate_rate, bytes, t0);
   if (wait && !populator_sleep (rb, wait))
     return c;
 
   for (i = 0; i < k; i++) {
-    uint64_t off = chunk_offset (rb, runs[i][0]);
+    uint64_t off = rbi_chunk_offset (rb, runs[i][0]);
     nodes[i] = (struct rl_node) {
-      .start = off, .end = off + chunks_bytes (rb, runs[i][0], runs[i][1]),
+      .start = off, .end = off + rbi_chunks_bytes (rb, runs[i][0], runs[i][1]),
       .kind = RL_LOAD,
     };
   }
@@ -208,7 +208,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
                                CS_BIT (CS_EMPTY));
     ios[i] = (struct rb_io) {
       .op = RB_IO_READ, .buf = rb->ram.base + off,
-      .count = chunks_bytes (rb, runs[i][0], runs[i][1]), .offset = off,
+      .count = rbi_chunks_bytes (rb, runs[i][0], runs[i][1]), .offset = off,
     };
   }
   /* Drop runs that turned out empty (count 0) from the submission. */
@@ -230,7 +230,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   bytes = 0;
   for (i = 0; i < k; i++) {
     if (runs[i][1] > 0 && ios[i].err) {
-      rb_record_store_error (rb, ios[i].err, "populate read",
+      rbi_record_store_error (rb, ios[i].err, "populate read",
                              ios[i].count, ios[i].offset);
       failed = true;
     }
@@ -245,15 +245,15 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   if (bytes) {
     uint64_t elapsed = rb_now_ns () - t0;
     if (rb->populate_rate.bps)
-      elapsed = RB_MAX (elapsed, rb_rate_ns (bytes, rb->populate_rate.bps));
-    rb_bw_sample (&rb->populate_bw, bytes, elapsed);
+      elapsed = RB_MAX (elapsed, rbi_rate_ns (bytes, rb->populate_rate.bps));
+    rbi_bw_sample (&rb->populate_bw, bytes, elapsed);
   }
-  rb_check_populated (rb);
+  rbi_check_populated (rb);
   return failed ? c : next;
 }
 
 void
-rb_populator_state_init (struct rb_populator_state *ps)
+rbi_populator_state_init (struct rb_populator_state *ps)
 {
   *ps = (struct rb_populator_state) { .backoff = BACKOFF_MIN_MS };
 }
@@ -263,7 +263,7 @@ rb_populator_state_init (struct rb_populator_state *ps)
  * RB_STEP_DONE once everything is loaded.
  */
 uint64_t
-rb_populate_step (struct rb *rb, struct rb_populator_state *ps)
+rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 {
   uint64_t data, data_end, next;
 
@@ -288,7 +288,7 @@ rb_populate_step (struct rb *rb, struct rb_populator_state *ps)
   next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
-    ps->backoff = rb_backoff_next_ms (ps->backoff);
+    ps->backoff = rbi_backoff_next_ms (ps->backoff);
     return delay;
   }
   ps->backoff = BACKOFF_MIN_MS;
@@ -297,7 +297,7 @@ rb_populate_step (struct rb *rb, struct rb_populator_state *ps)
 }
 
 /* The POSIX populator thread: pause in writethrough mode, wait out what
- * rb_populate_step() asks for.
+ * rbi_populate_step() asks for.
  */
 static void *
 populator_main (void *arg)
@@ -308,20 +308,20 @@ populator_main (void *arg)
 
   rb_thread_background ();
   rb_log ("populate: loading %" PRIu64 " chunks", rb->nchunks);
-  rb_populator_state_init (&ps);
+  rbi_populator_state_init (&ps);
   while (wait_writeback (rb)) {
-    delay = rb_populate_step (rb, &ps);
+    delay = rbi_populate_step (rb, &ps);
     if (delay == RB_STEP_DONE)
       break;
     if (delay && !populator_sleep (rb, delay))
       break;
   }
-  rb_check_populated (rb);
+  rbi_check_populated (rb);
   return NULL;
 }
 
 int
-rb_populator_start (struct rb *rb)
+rbi_populator_start (struct rb *rb)
 {
   if (rb_thread_create (&rb->populator, populator_main, rb) == -1) {
     rb_set_error (errno, "cannot start the populate thread");
@@ -335,7 +335,7 @@ rb_populator_start (struct rb *rb)
 }
 
 void
-rb_populator_stop (struct rb *rb)
+rbi_populator_stop (struct rb *rb)
 {
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

@@ -9,7 +9,7 @@
 #include "throttle.h"
 
 uint64_t
-rb_rate_delay (struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
+rbi_rate_delay (struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
 {
   uint64_t cost, start;
 
@@ -24,13 +24,13 @@ rb_rate_delay (struct rb_rate *r, uint64_t bytes, uint64_t now_ns)
 }
 
 uint64_t
-rb_rate_ns (uint64_t bytes, uint64_t bps)
+rbi_rate_ns (uint64_t bytes, uint64_t bps)
 {
   return (uint64_t) (bytes * 1e9 / bps);
 }
 
 void
-rb_bw_sample (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
+rbi_bw_sample (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 {
   double secs = elapsed_ns / 1e9, sample, alpha, old;
 
@@ -48,7 +48,7 @@ rb_bw_sample (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 }
 
 void
-rb_bw_bound (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
+rbi_bw_bound (struct rb_bw *bw, uint64_t bytes, uint64_t elapsed_ns)
 {
   uint64_t bound;
 

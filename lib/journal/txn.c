@@ -98,7 +98,7 @@
  * most a chunk per dirty chunk), the reservations and their own would
  * exceed the journal; a single write larger than the whole journal
  * fails with a message that says so.  dirty-max= and ups-window= apply
- * as before (rb_throttle).
+ * as before (rbi_throttle).
  *
  * Writethrough mode with a journal: a write completes once the
  * transaction holding it is on the backing store (applied and synced),
@@ -341,7 +341,7 @@ static const struct rb_journal_ops journal_ops;
 static uint64_t dirty_est (struct rb *rb);
 
 int
-rb_txn_open (struct rb *rb)
+rbi_txn_open (struct rb *rb)
 {
   struct rb_txns *t;
   struct rb_store_params sp;
@@ -433,7 +433,7 @@ rb_txn_open (struct rb *rb)
 }
 
 int
-rb_txn_check_fit (struct rb *rb)
+rbi_txn_check_fit (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
   uint64_t need = dirty_est (rb) + RBJ_TXN_FIXED;
@@ -451,7 +451,7 @@ rb_txn_check_fit (struct rb *rb)
 }
 
 void
-rb_txn_close (struct rb *rb, bool clean)
+rbi_txn_close (struct rb *rb, bool clean)
 {
   struct rb_txns *t = rb->txns;
   struct txn *x, *next;
@@ -531,7 +531,7 @@ rb_txn_hurry (struct rb *rb)
 static void
 copy_chunk (struct rb *rb, struct txn *x, uint64_t c)
 {
-  uint64_t cs = chunk_offset (rb, c), ce = cs + chunks_bytes (rb, c, 1);
+  uint64_t cs = rbi_chunk_offset (rb, c), ce = cs + rbi_chunks_bytes (rb, c, 1);
   size_t lo = 0, hi = x->nruns;
 
   while (hi - lo > 1) {         /* the last run starting at or before cs */
@@ -746,7 +746,8 @@ collect_sectors (struct rb *rb, struct txn *x, uint64_t c)
   uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
 
   if (rb->map.sect == NULL)
-    return add_data (rb, x, chunk_offset (rb, c), chunks_bytes (rb, c, 1));
+    return add_data (rb, x, rbi_chunk_offset (rb, c),
+                     rbi_chunks_bytes (rb, c, 1));
   while (s < end) {
     unsigned n = RB_MIN (end - s, 64 - s % 64);
     uint64_t b = chunkmap_peek_bits (&rb->map, s, n);
@@ -796,7 +797,7 @@ collect_all (struct rb *rb, struct txn *x)
     if (add_chunks (x, c, n, st) == -1)
       return -1;
     if (st == CS_ZERO) {
-      if (add_run (x, chunk_offset (rb, c), chunks_bytes (rb, c, n),
+      if (add_run (x, rbi_chunk_offset (rb, c), rbi_chunks_bytes (rb, c, n),
                    CS_ZERO) == -1)
         return -1;
     }
@@ -830,7 +831,7 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
     uint64_t c;
 
     if (rb->nb)
-      rb_nb_set (rb, r->first, r->n);
+      rbi_nb_set (rb, r->first, r->n);
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -863,8 +864,8 @@ capture_run (struct rb *rb, struct txn *x, size_t i)
 
   if (r->kind != CS_DIRTY)
     return;
-  c = chunk_of (rb, r->off);
-  end = chunk_of (rb, r->off + r->len - 1) + 1;
+  c = rbi_chunk_of (rb, r->off);
+  end = rbi_chunk_of (rb, r->off + r->len - 1) + 1;
   while (c < end) {
     uint64_t stop = RB_MIN (end, c + batch);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);
@@ -897,7 +898,7 @@ uncommit (struct rb *rb, struct txn *x)
   size_t i;
 
   for (i = 0; i < x->nruns; i++)
-    rb_redirty (rb, x->runs[i].off, x->runs[i].len);
+    rbi_redirty (rb, x->runs[i].off, x->runs[i].len);
   rb_atomic_sub (&rb->inflight_chunks, x->chunks);
   rb_atomic_sub (&rb->txns->jused, x->jlen);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -1056,7 +1057,7 @@ commit_one (struct rb *rb, uint64_t target)
     x->jlen = jlen;
     uncommit (rb, x);
     txn_free (rb->txns, x);
-    rb_record_error (rb, err, rb_get_error ());
+    rbi_record_error (rb, err, rb_get_error ());
     errno = err;
     return -1;
   }
@@ -1076,15 +1077,15 @@ commit_one (struct rb *rb, uint64_t target)
     if (ex.v) {
       for (i = 0; i < x->ncruns; i++)
         ex.v[i] = (struct rb_extent) {
-          chunk_offset (rb, x->cruns[i].first),
-          chunks_bytes (rb, x->cruns[i].first, x->cruns[i].n)
+          rbi_chunk_offset (rb, x->cruns[i].first),
+          rbi_chunks_bytes (rb, x->cruns[i].first, x->cruns[i].n)
         };
       ex.len = x->ncruns;
-      rb_nb_retire (rb, &ex);
+      rbi_nb_retire (rb, &ex);
       free (ex.v);
     }
   }
-  if (rb_tracing (rb))
+  if (rbi_tracing (rb))
     rb_log ("journal: committed transaction %" PRIu64 ": %zu runs, %"
             PRIu64 " bytes of data", x->seq, x->nruns, x->data_bytes);
 
@@ -1174,7 +1175,7 @@ committer_main (void *arg)
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       t->committing = false;
       if (r == 0) {
-        rb_sync_answer_locked (rb, target, 0);
+        rbi_sync_answer_locked (rb, target, 0);
         backoff = BACKOFF_MIN_MS;
         if (rb->stopping && chunkmap_dirty (&rb->map) == 0)
           break;
@@ -1203,13 +1204,13 @@ committer_main (void *arg)
                             rb_now_ns () + 100 * UINT64_C (1000000));
         continue;
       }
-      rb_sync_answer_locked (rb, target, errno ? errno : EIO);
+      rbi_sync_answer_locked (rb, target, errno ? errno : EIO);
       if (rb->stopping)
         rb_warn ("clean stop: the journal cannot take the last %" PRIu64
                  " dirty chunks yet; retrying", chunkmap_dirty (&rb->map));
       {
         uint64_t until = rb_now_ns () + backoff * UINT64_C (1000000);
-        backoff = rb_backoff_next_ms (backoff);
+        backoff = rbi_backoff_next_ms (backoff);
         while (rb_now_ns () < until &&
                rb_cond_wait_until (&rb->flusher_cond, &rb->lock, until))
           ;
@@ -1261,9 +1262,9 @@ rb_txn_sync (struct rb *rb)
     if (t->committer_blocked)
       rb_cond_signal (&rb->flusher_cond);
     if (r == 0)
-      rb_sync_answer_locked (rb, target, 0);
+      rbi_sync_answer_locked (rb, target, 0);
     else if (r == -1)
-      rb_sync_answer_locked (rb, target, err);
+      rbi_sync_answer_locked (rb, target, err);
     else {
       /* No room in the journal yet: the committer waits for the
        * applier to free some.
@@ -1395,7 +1396,7 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes)
                 PRIu64 ": %s", e < i + n ? io[e].count : 0,
                 e < i + n ? io[e].offset : 0, rb_strerror (err));
       rb_atomic_store (&rb->store_failing, true);
-      rb_record_error (rb, err, msg);
+      rbi_record_error (rb, err, msg);
       errno = err;
       return -1;
     }
@@ -1406,7 +1407,7 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes)
     int err = errno ? errno : EIO;
     rb_atomic_add (&rb->sync_errors, 1);
     rb_atomic_store (&rb->store_failing, true);
-    rb_record_error (rb, err, rb_get_error ());
+    rbi_record_error (rb, err, rb_get_error ());
     errno = err;
     return -1;
   }
@@ -1440,7 +1441,7 @@ apply_list (struct rb *rb, struct txn *list)
     else if (!rbj_settle (rb->store))
       break;
     until = rb_now_ns () + backoff * UINT64_C (1000000);
-    backoff = rb_backoff_next_ms (backoff);
+    backoff = rbi_backoff_next_ms (backoff);
     bytes = 0;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (err && target > t->apply_failed) {
@@ -1455,7 +1456,7 @@ apply_list (struct rb *rb, struct txn *list)
            rb_cond_wait_until (&t->applier_cond, &rb->lock, until))
       ;
   }
-  if (rb_tracing (rb)) {
+  if (rbi_tracing (rb)) {
     unsigned n = 0;
     for (x = list; x; x = x->next)
       n++;
@@ -1464,7 +1465,7 @@ apply_list (struct rb *rb, struct txn *list)
   }
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
-    rb_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
+    rbi_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
     rb_atomic_add (&rb->stored_bytes, bytes);
   }
   for (x = list; x; x = next) {
@@ -1477,7 +1478,7 @@ apply_list (struct rb *rb, struct txn *list)
     }
     txn_free (rb->txns, x);
   }
-  rb_recompute_limit (rb);
+  rbi_recompute_limit (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (target > t->applied_target)
     t->applied_target = target;
@@ -1588,7 +1589,7 @@ rb_txn_stop (struct rb *rb)
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
-    rb_sync_answer_locked (rb, rb->sync_requested,
+    rbi_sync_answer_locked (rb, rb->sync_requested,
                            chunkmap_dirty (&rb->map) == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
@@ -1602,7 +1603,7 @@ rb_txn_stop (struct rb *rb)
 /* ---- status ---- */
 
 void
-rb_txn_stats (struct rb *rb, struct rb_stats *st)
+rbi_txn_stats (struct rb *rb, struct rb_stats *st)
 {
   struct rb_txns *t = rb->txns;
   uint64_t last;

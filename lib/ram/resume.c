@@ -27,7 +27,7 @@
  *     the chunk may stay CLEAN in the map.
  *   - The flusher sets NB on a run's chunks before it moves them
  *     DIRTY -> CLEAN.
- *   - NB is retired (rb_nb_retire) only after a successful sync, for
+ *   - NB is retired (rbi_nb_retire) only after a successful sync, for
  *     the chunks of the extents that sync covered, and only for a chunk
  *     that is CLEAN now, has no store write in flight, and is in no
  *     newer unsynced extent (written again after the sync began).  For
@@ -43,12 +43,12 @@
  * write-back error may drop it (fsyncgate), and an NBD server may drop
  * unflushed writes when our connection dies.
  *
- * At start (rb_resume_map), for a resumed map: EMPTY chunks lose their
+ * At start (rbi_resume_map), for a resumed map: EMPTY chunks lose their
  * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
  * cut short by the crash may have left old bytes under a ZERO state);
  * CLEAN chunks with NB become DIRTY.  The flusher then writes back every
  * DIRTY and ZERO chunk, as always, while I/O is served from the start.
- * A clean stop (rb_nb_clear_all) clears NB: everything is synced.
+ * A clean stop (rbi_nb_clear_all) clears NB: everything is synced.
  */
 
 #include <config.h>
@@ -65,7 +65,7 @@
 #define NB_BIT(c) (UINT64_C (1) << ((c) % 64))
 
 void
-rb_nb_set (struct rb *rb, uint64_t c, uint64_t n)
+rbi_nb_set (struct rb *rb, uint64_t c, uint64_t n)
 {
   uint64_t end = c + n;
 
@@ -99,7 +99,7 @@ nb_clear (struct rb *rb, uint64_t c)
 }
 
 void
-rb_nb_clear_all (struct rb *rb)
+rbi_nb_clear_all (struct rb *rb)
 {
   if (rb->nb)
     memset (rb->nb, 0, (rb->nchunks + 63) / 64 * sizeof (uint64_t));
@@ -131,8 +131,8 @@ to_spans (struct rb *rb, const struct rb_extent *v, size_t len, size_t *n)
   if (len == 0 || (s = malloc (len * sizeof *s)) == NULL)
     return NULL;
   for (i = 0; i < len; i++) {
-    s[i].first = chunk_of (rb, v[i].offset);
-    s[i].end = chunk_of (rb, v[i].offset + v[i].count - 1) + 1;
+    s[i].first = rbi_chunk_of (rb, v[i].offset);
+    s[i].end = rbi_chunk_of (rb, v[i].offset + v[i].count - 1) + 1;
   }
   qsort (s, len, sizeof *s, cmp_span);
   for (i = 1; i < len; i++) {
@@ -166,7 +166,7 @@ span_after (const struct span *v, size_t n, uint64_t c)
 #define RETIRE_BATCH 64
 
 void
-rb_nb_retire (struct rb *rb, const struct rb_extents *synced)
+rbi_nb_retire (struct rb *rb, const struct rb_extents *synced)
 {
   struct span *spans, *newer = NULL;
   struct rl_node nodes[RETIRE_BATCH];
@@ -181,10 +181,10 @@ rb_nb_retire (struct rb *rb, const struct rb_extents *synced)
   for (i = 0; i < nspans; i += k) {
     k = nspans - i < RETIRE_BATCH ? nspans - i : RETIRE_BATCH;
     for (j = 0; j < k; j++) {
-      uint64_t off = chunk_offset (rb, spans[i + j].first);
+      uint64_t off = rbi_chunk_offset (rb, spans[i + j].first);
       nodes[j] = (struct rl_node) {
         .start = off,
-        .end = off + chunks_bytes (rb, spans[i + j].first,
+        .end = off + rbi_chunks_bytes (rb, spans[i + j].first,
                                    spans[i + j].end - spans[i + j].first),
         .kind = RL_STORE,
       };
@@ -229,7 +229,7 @@ word_has_zero (uint64_t word)
 }
 
 void
-rb_resume_map (struct rb *rb)
+rbi_resume_map (struct rb *rb)
 {
   uint64_t w, nwords = rb->map.nwords, to_write, c;
 
@@ -255,8 +255,8 @@ rb_resume_map (struct rb *rb)
           chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
         break;
       case CS_ZERO: {
-        uint64_t off = chunk_offset (rb, c);
-        ramimage_zero (&rb->ram, off, chunks_bytes (rb, c, 1));
+        uint64_t off = rbi_chunk_offset (rb, c);
+        ramimage_zero (&rb->ram, off, rbi_chunks_bytes (rb, c, 1));
         break;
       }
       case CS_DIRTY:

@@ -61,7 +61,7 @@ nbdstore_reconnect (struct conn *c)
     /* Several connections may fail in the same round: back off once. */
     if (now >= st->next_attempt_ns) {
       st->next_attempt_ns = now + st->backoff_ns;
-      st->backoff_ns = rb_backoff_next_ns (st->backoff_ns);
+      st->backoff_ns = rbi_backoff_next_ns (st->backoff_ns);
     }
     /* Log the 1st, 2nd, 4th, 8th ... failure: a server that stays
      * away must not flood the log.
