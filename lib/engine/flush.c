@@ -63,6 +63,12 @@
  * Resume (resume.c): with a ram= file, step 3 is preceded by setting
  * the chunks' NB bits ("may differ from the store"), and a good sync
  * retires the NB bits of what it covered (rbi_nb_retire).
+ *
+ * Why one file of over 900 lines: a sweep, its sync and the tickets it
+ * answers (rbi_flush_step, rb_sync, rbi_sync_answer_locked) are one
+ * mechanism under the fsyncgate rule above; the POSIX thread that runs
+ * the step is a few dozen lines, and the dm target runs the same step
+ * from its own kthread.
  */
 
 #include "env.h"

@@ -62,6 +62,10 @@
  * from a context where sleeping is fine (its workqueue).  Both end in
  * the same functions below; the only difference is how an idle flusher
  * is woken (rb->kick_nowait, a work item in the kernel).
+ *
+ * Why one file of over 600 lines: the three paths above share the
+ * request's checks, its chunk range and the order rules; each is a few
+ * functions, and the caller picks one per request.
  */
 
 #include "env.h"

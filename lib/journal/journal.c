@@ -73,6 +73,10 @@
  * committer reads).  head, next_seq, gen, durable_tail and the super
  * block writes belong to the committer (one thread at a time calls
  * rbj_begin/rbj_write/rbj_commit; open and close run alone).
+ *
+ * Why one file of over 900 lines: the format, the append and the replay
+ * are one format read and written in one place, so that what replay
+ * accepts is exactly what the append writes.  Transactions are txn.c.
  */
 
 #include <config.h>

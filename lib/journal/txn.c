@@ -14,7 +14,7 @@
  * throttled writer), when the oldest uncommitted write is
  * commit-interval= old, and at a clean stop.  A FLUSH with fsync=wait
  * makes it on its own thread instead when no commit is in progress
- * (rb_txn_sync); 'committing' lets one thread at a time commit, so
+ * (txn_sync); 'committing' lets one thread at a time commit, so
  * everything below is done by "the committer", whichever thread that
  * is.  At the commit point it
  * holds the write gate exclusively: no application write is between
@@ -137,6 +137,11 @@
  *   reserved, jused, counters  [atomic]
  *   seen       [applier]
  *   spare      [spare_lock], a leaf lock
+ *
+ * Why one file of over 1,600 lines: commit point, capture, commit and
+ * apply are the steps of one transaction and share struct rb_txns and
+ * the lock rules above, which a split would have to export; the steps
+ * are in that order below.  The on-disk format is journal.c.
  */
 
 #include <config.h>
@@ -518,7 +523,7 @@ hurry_locked (struct rb *rb)
 }
 
 static void
-rb_txn_hurry (struct rb *rb)
+txn_hurry (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   hurry_locked (rb);
@@ -551,8 +556,8 @@ copy_chunk (struct rb *rb, struct txn *x, uint64_t c)
 }
 
 static int
-rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
-                    uint64_t *reserved)
+txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
+                 uint64_t *reserved)
 {
   struct rb_txns *t = rb->txns;
   uint64_t est = (c1 - c0 + 1) * t->per_chunk, c;
@@ -598,7 +603,7 @@ rb_txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
 }
 
 static void
-rb_txn_write_end (struct rb *rb, uint64_t reserved)
+txn_write_end (struct rb *rb, uint64_t reserved)
 {
   struct rb_txns *t = rb->txns;
 
@@ -625,7 +630,7 @@ rb_txn_write_end (struct rb *rb, uint64_t reserved)
 }
 
 static void
-rb_txn_request_commit (struct rb *rb)
+txn_request_commit (struct rb *rb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   rb->txns->commit_now = true;
@@ -633,7 +638,7 @@ rb_txn_request_commit (struct rb *rb)
 }
 
 static int
-rb_txn_wait_applied (struct rb *rb)
+txn_wait_applied (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
   uint64_t ticket;
@@ -1124,7 +1129,7 @@ should_commit_locked (struct rb *rb, uint64_t *deadline)
   uint64_t now = rb_now_ns ();
 
   /* Idle, the committer still wakes once an interval: a write that
-   * starts the interval meanwhile (rb_txn_write_end does not wake it)
+   * starts the interval meanwhile (txn_write_end does not wake it)
    * has its deadline no earlier than that.
    */
   *deadline = now + t->interval_ns;
@@ -1158,7 +1163,7 @@ committer_main (void *arg)
         if (go && !t->committing)
           break;
         if (go) {
-          /* A FLUSH commits on its own thread (rb_txn_sync). */
+          /* A FLUSH commits on its own thread (txn_sync). */
           t->committer_blocked = true;
           rb_cond_wait (&rb->flusher_cond, &rb->lock);
           t->committer_blocked = false;
@@ -1230,7 +1235,7 @@ committer_main (void *arg)
  * server is stopping, the committer thread takes over.
  */
 static int
-rb_txn_sync (struct rb *rb)
+txn_sync (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
   uint64_t ticket;
@@ -1544,7 +1549,7 @@ applier_thread (void *arg)
 }
 
 static int
-rb_txn_start (struct rb *rb)
+txn_start (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
 
@@ -1563,7 +1568,7 @@ rb_txn_start (struct rb *rb)
 }
 
 static int
-rb_txn_stop (struct rb *rb)
+txn_stop (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
 
@@ -1629,12 +1634,12 @@ rbi_txn_stats (struct rb *rb, struct rb_stats *st)
 }
 
 static const struct rb_journal_ops journal_ops = {
-  .start = rb_txn_start,
-  .stop = rb_txn_stop,
-  .write_begin = rb_txn_write_begin,
-  .write_end = rb_txn_write_end,
-  .request_commit = rb_txn_request_commit,
-  .sync = rb_txn_sync,
-  .hurry = rb_txn_hurry,
-  .wait_applied = rb_txn_wait_applied,
+  .start = txn_start,
+  .stop = txn_stop,
+  .write_begin = txn_write_begin,
+  .write_end = txn_write_end,
+  .request_commit = txn_request_commit,
+  .sync = txn_sync,
+  .hurry = txn_hurry,
+  .wait_applied = txn_wait_applied,
 };
