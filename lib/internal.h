@@ -235,7 +235,7 @@ rbi_tracing (struct rb *rb)
  */
 struct rb_status_out;
 extern void rbi_stats_fields (const struct rb_stats *st,
-                             struct rb_status_out *o);
+                              struct rb_status_out *o);
 /* stats.c: the symbolic name of an errno ("ENOSPC"; "EOTHER" for one
  * it does not list, "" for 0), for status and the control protocol's
  * error replies.
@@ -252,7 +252,7 @@ extern void rbi_record_error (struct rb *rb, int err, const char *what);
  */
 static inline void
 rbi_record_store_error (struct rb *rb, int err, const char *what,
-                       uint64_t count, uint64_t offset)
+                        uint64_t count, uint64_t offset)
 {
   char msg[200];
 
@@ -275,7 +275,7 @@ extern void rbi_populator_state_init (struct rb_populator_state *ps);
  * does not call it in writethrough mode (populate pauses there).
  */
 extern uint64_t rbi_populate_step (struct rb *rb,
-                                  struct rb_populator_state *ps);
+                                   struct rb_populator_state *ps);
 
 /* flush.c */
 extern int rbi_flusher_start (struct rb *rb);
@@ -291,7 +291,7 @@ extern void rbi_flusher_state_init (struct rb_flusher_state *fs);
 extern uint64_t rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs);
 /* Wait out the delay rbi_flush_step returned (kicks, stop, coalescing). */
 extern void rbi_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
-                             uint64_t delay);
+                              uint64_t delay);
 /* rb_sync in two halves, for a caller that waits its own way (the
  * kernel target waits killably on rb->sync_cond): take a ticket, then
  * ask whether its sweep answered it: 1 done, -1 failed, 0 not yet.
@@ -311,7 +311,7 @@ extern uint64_t rbi_write_begin (struct rb *rb);
  * for the next sync, or re-dirty it if a sync failed meanwhile.
  */
 extern void rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
-                           uint64_t count);
+                            uint64_t count);
 /* Sync the store now.  Returns 0 only if the sync succeeded and no sync
  * failed since 'gen' was read (rbi_write_begin), so every write the caller
  * completed after reading it is durable.  On failure every write that
@@ -351,9 +351,9 @@ struct rb_data {
  * range locks, the dirty limit, writethrough).
  */
 extern int rbi_pread_data (struct rb *rb, struct rb_data *d, uint32_t count,
-                          uint64_t offset);
+                           uint64_t offset);
 extern int rbi_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
-                           uint64_t offset, unsigned flags);
+                            uint64_t offset, unsigned flags);
 /* The same requests for a caller that must not sleep: done on the fast
  * path if it needs no wait (every chunk loaded; for a write also the
  * writeback mode, no journal, under the dirty limit, no FUA to wait
@@ -362,9 +362,9 @@ extern int rbi_pwrite_data (struct rb *rb, struct rb_data *d, uint32_t count,
  * flusher is woken through rb->kick_nowait.
  */
 extern bool rbi_try_pread (struct rb *rb, struct rb_data *d, uint32_t count,
-                          uint64_t offset);
+                           uint64_t offset);
 extern bool rbi_try_pwrite (struct rb *rb, struct rb_data *d, uint32_t count,
-                           uint64_t offset, unsigned flags);
+                            uint64_t offset, unsigned flags);
 
 /* txn.c (journal=; see the top of txn.c).  Userspace only: the shared
  * flusher and write path (flush.c, io.c, also built into the kernel

@@ -362,7 +362,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
       rbi_redirty (rb, ios[i].offset, ios[i].count);
       rb_atomic_store (&rb->store_failing, true);
       rbi_record_store_error (rb, ios[i].err, "write back",
-                             ios[i].count, ios[i].offset);
+                              ios[i].count, ios[i].offset);
       if (first_err == 0)
         first_err = ios[i].err;
     }
@@ -420,7 +420,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
   while ((k = collect (rb, &cursor, runs)) > 0) {
     uint64_t now = rb_now_ns (), t0, elapsed, bytes = 0;
     uint64_t wait = rbi_rate_delay (&rb->flush_rate,
-                                   data_bytes (rb, runs, k), now);
+                                    data_bytes (rb, runs, k), now);
 
     /* The cap is lifted for the final drain of a clean stop. */
     if (wait && !rb_atomic_load (&rb->stopping))
@@ -576,7 +576,7 @@ rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
        * durable per second: the sweep's writes and its sync.
        */
       rbi_bw_sample (&rb->flush_bw, ss.bytes,
-                    ss.busy_ns + (rb_now_ns () - t));
+                     ss.busy_ns + (rb_now_ns () - t));
     }
   }
   rbi_recompute_limit (rb);
@@ -637,7 +637,7 @@ rbi_flusher_state_init (struct rb_flusher_state *fs)
  */
 void
 rbi_flusher_wait (struct rb *rb, const struct rb_flusher_state *fs,
-                 uint64_t delay)
+                  uint64_t delay)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (delay == RB_STEP_IDLE) {
@@ -718,8 +718,8 @@ rbi_flusher_stop (struct rb *rb)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
     rbi_sync_answer_locked (rb, rb->sync_requested,
-                           chunkmap_dirty (&rb->map) == 0 &&
-                           rb->unsynced.len == 0 ? 0 : EIO);
+                            chunkmap_dirty (&rb->map) == 0 &&
+                            rb->unsynced.len == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
     rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",

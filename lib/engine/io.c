@@ -220,7 +220,7 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
     }
     if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
       rbi_mark_sectors (rb, rbi_chunk_offset (rb, r->c1),
-                       end - rbi_chunk_offset (rb, r->c1));
+                        end - rbi_chunk_offset (rb, r->c1));
       moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
                               CS_DIRTY, NULL);
     }
@@ -548,7 +548,7 @@ rb_pread (struct rb *rb, void *buf, uint32_t count, uint64_t offset)
 
 int
 rbi_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
-               uint64_t offset)
+                uint64_t offset)
 {
   return do_read (rb, NULL, data, count, offset);
 }
@@ -556,7 +556,7 @@ rbi_pread_data (struct rb *rb, struct rb_data *data, uint32_t count,
 /* Loaded chunks never go back to EMPTY: no range needed to copy. */
 bool
 rbi_try_pread (struct rb *rb, struct rb_data *data, uint32_t count,
-              uint64_t offset)
+               uint64_t offset)
 {
   if (count == 0)
     return true;
@@ -593,14 +593,14 @@ rb_pwrite (struct rb *rb, const void *buf, uint32_t count, uint64_t offset,
 
 int
 rbi_pwrite_data (struct rb *rb, struct rb_data *data, uint32_t count,
-                uint64_t offset, unsigned flags)
+                 uint64_t offset, unsigned flags)
 {
   return write_data (rb, NULL, data, count, offset, flags);
 }
 
 bool
 rbi_try_pwrite (struct rb *rb, struct rb_data *data, uint32_t count,
-               uint64_t offset, unsigned flags)
+                uint64_t offset, unsigned flags)
 {
   struct req r;
 

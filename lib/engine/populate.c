@@ -231,7 +231,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
   for (i = 0; i < k; i++) {
     if (runs[i][1] > 0 && ios[i].err) {
       rbi_record_store_error (rb, ios[i].err, "populate read",
-                             ios[i].count, ios[i].offset);
+                              ios[i].count, ios[i].offset);
       failed = true;
     }
     else if (runs[i][1] > 0) {

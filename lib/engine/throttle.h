@@ -31,20 +31,20 @@ struct rb_bw {
 
 /* Nanoseconds to wait before transferring 'bytes' (0: go now). */
 extern uint64_t rbi_rate_delay (struct rb_rate *r, uint64_t bytes,
-                               uint64_t now_ns);
+                                uint64_t now_ns);
 
 /* Nanoseconds that 'bytes' take at 'bps' bytes per second (bps > 0). */
 extern uint64_t rbi_rate_ns (uint64_t bytes, uint64_t bps);
 
 /* Record 'bytes' moved in 'elapsed_ns'. */
 extern void rbi_bw_sample (struct rb_bw *bw, uint64_t bytes,
-                          uint64_t elapsed_ns);
+                           uint64_t elapsed_ns);
 
 /* 'bytes' in 'elapsed_ns' is an upper bound of the bandwidth (part of
  * the work, with the slow part still to come): lower the estimate to it
  * at once if it is below.
  */
 extern void rbi_bw_bound (struct rb_bw *bw, uint64_t bytes,
-                         uint64_t elapsed_ns);
+                          uint64_t elapsed_ns);
 
 #endif /* RAMBACK_THROTTLE_H */

@@ -1595,7 +1595,7 @@ txn_stop (struct rb *rb)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb->flusher_running = false;
     rbi_sync_answer_locked (rb, rb->sync_requested,
-                           chunkmap_dirty (&rb->map) == 0 ? 0 : EIO);
+                            chunkmap_dirty (&rb->map) == 0 ? 0 : EIO);
   }
   if (chunkmap_dirty (&rb->map) > 0) {
     rb_set_error (EIO, "%" PRIu64 " dirty chunks were not written back",
