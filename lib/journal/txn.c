@@ -79,17 +79,13 @@
  * may already hold N+1), so the memory this costs is bounded by the
  * journal's size.
  *
- * Pipeline.  A commit point is also made as soon as the dirty data
- * would fill half of the journal (EARLY_COMMIT_DIV): N+1 is then
- * appended while N is put in place, and writers fill N+2 meanwhile, so
- * a stream of writes larger than the journal keeps the journal and the
- * backing store busy at once instead of taking turns (fill the whole
- * journal, append it, put it in place, and only then take writes
- * again).  A transaction of half the journal still merges the
- * rewrites of a random workload: with the dirty sectors captured (not
- * whole chunks) a 4 KiB write costs 4 KiB of journal whatever the
- * number of transactions.  The writer that finds the dirty data past
- * that mark asks for the commit point (early_asked: once per commit).
+ * No early commit point.  A commit point made when the dirty data
+ * would fill part of the journal (a quarter, then a half, were tried)
+ * lets N+1 be appended while N is put in place, but random writes then
+ * take more, smaller transactions: randwrite4k with the journal ran
+ * at about 0.65x without it on a quiet machine, while a sequential
+ * drain through the journal gained nothing measurable, being bound by
+ * what ramback takes in over NBD (about the same without a journal).
  *
  * Bounds.  A transaction must fit in the journal.  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
@@ -163,7 +159,6 @@
 #define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
 #define APPLY_BATCH 64
 #define APPLY_DELAY_NS (50 * UINT64_C (1000000))
-#define EARLY_COMMIT_DIV 2      /* a commit point at 1/2 of the journal */
 #define SPARE_MIN (UINT64_C (1) << 20)
 
 /* An extent of a transaction: bytes of the device, in offset order. */
@@ -233,8 +228,6 @@ struct rb_txns {
   rb_thread applier;
   bool applier_running;
 
-  uint64_t early_bytes;         /* dirty_est that makes a commit point */
-  bool early_asked;             /* [atomic] a writer asked for it */
   uint64_t reserved, jused;     /* [atomic] */
   uint64_t admit_waiters;       /* [atomic] */
   uint64_t commits, applied;    /* [atomic] */
@@ -410,7 +403,6 @@ rbi_txn_open (struct rb *rb)
   if (t->j == NULL)
     return -1;
   t->capacity = rbj_capacity (t->j);
-  t->early_bytes = t->capacity / EARLY_COMMIT_DIV;
   if (t->capacity < RBJ_TXN_FIXED + 4 * t->per_chunk) {
     rb_set_error (EINVAL, "journal=%s holds %" PRIu64 " bytes of "
                   "transactions, too few for chunks of %" PRIu32 " bytes: "
@@ -619,13 +611,6 @@ txn_write_end (struct rb *rb, uint64_t reserved)
     if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
       rb_atomic_store (&t->dirty_since, rb_now_ns ());
     rb_cond_broadcast (&rb->space_cond);
-  }
-  /* Half the journal dirty: a commit point now (the pipeline, above). */
-  if (!rb_atomic_load (&t->early_asked) && dirty_est (rb) >= t->early_bytes) {
-    rb_atomic_store (&t->early_asked, true);
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    t->commit_now = true;
-    rb_cond_signal (&rb->flusher_cond);
   }
 }
 
@@ -931,7 +916,6 @@ commit_one (struct rb *rb, uint64_t target)
   x->target = target;
 
   rb_rwlock_wrlock (&t->gate);
-  rb_atomic_store (&t->early_asked, false);
   if (chunkmap_dirty (&rb->map) > 0) {
     if (collect_all (rb, x) == -1)
       goto nomem;
@@ -1133,8 +1117,7 @@ should_commit_locked (struct rb *rb, uint64_t *deadline)
    * has its deadline no earlier than that.
    */
   *deadline = now + t->interval_ns;
-  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done ||
-      dirty_est (rb) >= t->early_bytes)
+  if (rb->stopping || t->commit_now || rb->sync_requested > rb->sync_done)
     return true;
   if (t->dirty_since == 0 && chunkmap_dirty (&rb->map) > 0)
     rb_atomic_store (&t->dirty_since, now);  /* a redirty */
