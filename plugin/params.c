@@ -53,6 +53,25 @@ once (const char *key)
   return 0;
 }
 
+/* Seconds, with fractions, as whole milliseconds of at least min_ms
+ * that fit the field.  False for anything else; the caller says what
+ * it expected.
+ */
+static bool
+parse_ms (const char *value, uint32_t min_ms, uint32_t *out)
+{
+  char *end;
+  double d;
+
+  errno = 0;
+  d = strtod (value, &end);
+  if (errno || end == value || *end || !(d >= 0) ||
+      !(d * 1000 + 0.5 >= min_ms) || d * 1000 + 0.5 >= UINT32_MAX)
+    return false;
+  *out = d * 1000 + 0.5;
+  return true;
+}
+
 /* Sizes and rates: 0 means "not given" (unlimited, the default). */
 static int
 parse_size (const char *key, const char *value, uint64_t max, uint64_t *out)
@@ -135,18 +154,11 @@ parse_key (const char *key, const char *value)
       return -1;
   }
   else if (strcmp (key, "commit-interval") == 0) {
-    char *end;
-    double d;
-
-    errno = 0;
-    d = strtod (value, &end);
-    if (errno || end == value || *end || !(d * 1000 + 0.5 >= 1) ||
-        d * 1000 + 0.5 >= UINT32_MAX) {
+    if (!parse_ms (value, 1, &c->commit_interval_ms)) {
       nbdkit_error ("commit-interval=%s: expected seconds, more than 0 "
                     "(e.g. commit-interval=5 or 0.5)", value);
       return -1;
     }
-    c->commit_interval_ms = d * 1000 + 0.5;
   }
   else if (strcmp (key, "ram") == 0) {
     if ((c->ram = nbdkit_absolute_path (value)) == NULL)
@@ -179,19 +191,12 @@ parse_key (const char *key, const char *value)
     c->ups_window = i;
   }
   else if (strcmp (key, "flush-delay") == 0) {
-    char *end;
-    double d;
-
-    errno = 0;
-    d = strtod (value, &end);
-    if (errno || end == value || *end || !(d >= 0) ||
-        d * 1000 + 0.5 >= UINT32_MAX) {
+    if (!parse_ms (value, 0, &c->flush_delay_ms)) {
       nbdkit_error ("flush-delay=%s: expected seconds from 0 to %d "
                     "(e.g. flush-delay=5 or 0.5)", value,
                     RB_MAX_FLUSH_DELAY_MS / 1000);
       return -1;
     }
-    c->flush_delay_ms = d * 1000 + 0.5;
     flush_delay_given = true;
   }
   else if (strcmp (key, "populate-rate") == 0)
