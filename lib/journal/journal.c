@@ -586,14 +586,14 @@ commit (struct rb_journal *j, const struct rbj_extent *x, size_t n,
     memcpy (desc + total - RBJ_BLOCK, block, RBJ_BLOCK);
     k += area_io (j, RB_IO_WRITE, j->head, desc, total, io + k);
   }
-  else
+  else {
     k += area_io (j, RB_IO_WRITE, j->head, desc, desc_used, io + k);
-  if (!whole && data_len > data)
-    k += area_io (j, RB_IO_WRITE, j->head + desc_len + data,
-                  (void *) zeroes, data_len - data, io + k);
-  if (!whole)
+    if (data_len > data)
+      k += area_io (j, RB_IO_WRITE, j->head + desc_len + data,
+                    (void *) zeroes, data_len - data, io + k);
     k += area_io (j, RB_IO_WRITE, j->head + desc_len + data_len, block,
                   RBJ_BLOCK, io + k);
+  }
   if (submit_all (j, io, k) == -1)
     return -1;
   if (j->store->ops->flush (j->store) == -1) {
