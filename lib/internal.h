@@ -78,6 +78,9 @@ struct rb_flusher_state {
   bool wakeable;                /* the delay may end early on a kick */
   bool delaying;                /* the delay is flush-delay='s */
   uint64_t pass_start;          /* when the last pass began (ns) */
+  uint64_t rewind;              /* the sweep goes on from here if lower
+                                   than its cursor (a zero run cut short
+                                   for want of requests) */
   struct rb_run runs[RB_FLUSH_BATCH_RUNS];
   struct rb_io ios[RB_FLUSH_BATCH_IOS];
   struct rl_node nodes[RB_FLUSH_BATCH_RUNS];

@@ -174,6 +174,36 @@ __wrap_ramimage_zero (struct ramimage *ri, uint64_t off, uint64_t len)
     zero_hold ();
 }
 
+/* --- holding the flusher between collecting a batch and locking it -- */
+
+/* Also linked with --wrap=rangelock_acquire_batch: while hold_batch is
+ * set, the flusher (the only caller with RL_STORE ranges) stops right
+ * before it takes the range locks of a batch it has collected, and stays
+ * there until batch_go is set: the window in which a flush-rate= cap
+ * makes it wait on a real machine.
+ */
+extern void __real_rangelock_acquire_batch (struct rangelock *rl,
+                                            struct rl_node *nodes, size_t n);
+void __wrap_rangelock_acquire_batch (struct rangelock *rl,
+                                     struct rl_node *nodes, size_t n);
+
+static bool hold_batch, batch_held, batch_go;   /* [atomic] */
+
+void
+__wrap_rangelock_acquire_batch (struct rangelock *rl, struct rl_node *nodes,
+                                size_t n)
+{
+  if (n > 0 && nodes[0].kind == RL_STORE && rb_atomic_load (&hold_batch)) {
+    rb_atomic_store (&hold_batch, false);
+    rb_atomic_store (&batch_held, true);
+    TS_WAIT (rb_atomic_load (&batch_go),
+             "the test to let the held write-back batch go on");
+    rb_atomic_store (&batch_held, false);
+    rb_atomic_store (&batch_go, false);
+  }
+  __real_rangelock_acquire_batch (rl, nodes, n);
+}
+
 /* --- changing a write's buffer after it reached RAM -------------------- */
 
 /* Also linked with --wrap=ramimage_copy_in: a thread that set
@@ -1352,6 +1382,69 @@ test_journal_sync_answered (void)
   unlink (jpath);
 }
 
+/* --- a zero run collected, then written over ------------------------ */
+
+/* fsync=wait.  Chunk X is zeroed whole (ZERO), and the flusher collects
+ * it into a zero run; before it locks the run, a FUA write to X goes
+ * through to the store, is synced and acknowledged.  The flusher must
+ * then send no zero request over X: the store requests of a run cover
+ * exactly the chunks the run moved.  With 'mode_wt' the write is a plain
+ * write in writethrough mode, switched to after the zero.
+ */
+static void
+zero_run_then_write (guint32 seed, bool mode_wt, const char *what)
+{
+  struct fx f;
+  uint64_t x = 40 * CHUNK;
+  struct ts_match mz = { .ops = TS_ZERO, .offset = x, .count = CHUNK };
+  struct ts_match mw = { .ops = TS_WRITE, .offset = x, .count = CHUNK,
+                         .tag = "test" };
+  g_autofree uint8_t *v = NULL;
+  struct ts_rec rw, rz;
+  size_t i;
+
+  fx_open (&f, seed, true, true, true, 0);
+  ts_set_tag ("test");
+  rb_atomic_store (&hold_batch, true);
+  /* X and the chunk before it: the run goes on into X. */
+  g_assert_cmpint (rb_zero (f.rb, 2 * CHUNK, x - CHUNK, 0), ==, 0);
+  memset (f.model + x - CHUNK, 0, 2 * CHUNK);
+  TS_WAIT (rb_atomic_load (&batch_held),
+           "the flusher to collect the zero run");
+  if (mode_wt)
+    g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  v = fx_random (&f, CHUNK);
+  fx_write (&f, v, CHUNK, x, mode_wt ? 0 : RB_FUA);
+  if (!mode_wt)
+    g_assert_true (ts_durable_has (f.ts, v, CHUNK, x));
+  g_assert_true (ts_find (f.ts, &mw, 0, &rw));
+  rb_atomic_store (&batch_go, true);
+  /* A ticket taken now is answered by a pass after the held one. */
+  ts_sync_until_ok (f.rb);
+  for (i = 0; ts_find (f.ts, &mz, i, &rz); i++)
+    if (rz.arrived > rw.done)
+      g_error ("%s: a zero request over [%" PRIu64 ", +%" PRIu64 ") "
+               "reached the store after the write to chunk %" PRIu64
+               " was stored and acknowledged", what, rz.offset, rz.count,
+               x / CHUNK);
+  g_assert_true (ts_durable_has (f.ts, v, CHUNK, x));
+  ts_set_tag (NULL);
+  fx_finish (&f, what);
+}
+
+static void
+test_zero_run_then_fua (void)
+{
+  zero_run_then_write (101, false, "a FUA write into a collected zero run");
+}
+
+static void
+test_zero_run_then_writethrough (void)
+{
+  zero_run_then_write (103, true,
+                       "a writethrough write into a collected zero run");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -1389,5 +1482,8 @@ main (int argc, char *argv[])
                    test_sector_zero_then_write);
   g_test_add_func ("/interleave/journal-sync-answered",
                    test_journal_sync_answered);
+  g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
+  g_test_add_func ("/interleave/zero-run-then-writethrough",
+                   test_zero_run_then_writethrough);
   return g_test_run ();
 }

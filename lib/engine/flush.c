@@ -306,6 +306,48 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
   return taken;
 }
 
+/* Take the ZERO run's chunks one by one: a chunk still ZERO moves to
+ * CLEAN and is zeroed on the store, with chunks in a row going out as
+ * one zero request.  A chunk that is no longer ZERO is left alone: a
+ * write landed in it since collect() (a writethrough or FUA write may
+ * already be stored, synced and acknowledged), and a zero request over
+ * it would destroy that write on the store.  It is dirty, and a later
+ * sweep writes it back.  The requests cover exactly the chunks moved.
+ * When the batch has no request left for another gap, the rest of the
+ * run stays ZERO and *rewind says where the sweep goes on.  Returns the
+ * chunks taken.
+ */
+static uint64_t
+take_zero (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
+           size_t *nio, size_t cap, uint64_t *rewind)
+{
+  uint64_t c, taken = 0;
+  bool joined = false;          /* ios[*nio - 1] ends at chunk c */
+
+  for (c = run->first; c < run->first + run->n; c++) {
+    uint64_t off = rbi_chunk_offset (rb, c), len = rbi_chunks_bytes (rb, c, 1);
+
+    if (!joined && *nio == cap) {
+      *rewind = RB_MIN (*rewind, c);
+      break;
+    }
+    if (chunkmap_move (&rb->map, c, 1, CS_BIT (CS_ZERO), CS_CLEAN,
+                       NULL) == 0) {
+      joined = false;
+      continue;
+    }
+    taken++;
+    if (joined)
+      ios[*nio - 1].count += len;
+    else
+      ios[(*nio)++] = (struct rb_io) {
+        .op = RB_IO_ZERO, .count = len, .offset = off,
+      };
+    joined = true;
+  }
+  return taken;
+}
+
 /* Steps 2-5 above.  Returns 0, or -1 with errno of the first failure;
  * adds the data bytes written to *written.
  */
@@ -333,21 +375,24 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
 
   for (i = 0; i < k; i++) {
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
-    unsigned from = runs[i].kind == CS_ZERO ? CS_BIT (CS_ZERO) : CS_ANY_DIRTY;
     /* Room for this run, leaving one request for each run after it. */
     size_t cap = RB_FLUSH_BATCH_IOS - (k - 1 - i);
 
     /* With resume: the chunk is "not durable" before it is CLEAN. */
     if (rb->nb)
       rbi_nb_set (rb, runs[i].first, runs[i].n);
-    if (runs[i].kind == CS_DIRTY && rb->map.sect)
+    if (runs[i].kind == CS_ZERO)
+      runs[i].taken = take_zero (rb, &runs[i], ios, &nio, cap, &fs->rewind);
+    else if (rb->map.sect)
       runs[i].taken = take_sectors (rb, &runs[i], ios, &nio, cap);
     else {
+      /* Whole chunks from RAM: a chunk of the run that turned ZERO or
+       * was written meanwhile holds in RAM what the store must get.
+       */
       runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
-                                     from, CS_CLEAN, NULL);
+                                     CS_ANY_DIRTY, CS_CLEAN, NULL);
       ios[nio++] = (struct rb_io) {
-        .op = runs[i].kind == CS_ZERO ? RB_IO_ZERO : RB_IO_WRITE,
-        .buf = runs[i].kind == CS_ZERO ? NULL : rb->ram.base + off,
+        .op = RB_IO_WRITE, .buf = rb->ram.base + off,
         .count = len, .offset = off,
       };
     }
@@ -426,6 +471,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
     if (wait && !rb_atomic_load (&rb->stopping))
       flusher_sleep (rb, wait);
     t0 = rb_now_ns ();
+    fs->rewind = UINT64_MAX;
     if (store_batch (rb, fs, k, &bytes) == -1) {
       if (err == 0)
         err = errno;
@@ -434,6 +480,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
     }
     else
       backoff = BACKOFF_MIN_MS;
+    cursor = RB_MIN (cursor, fs->rewind);
     /* A batch after an idle spell goes out at page cache speed; under
      * a flush-rate= cap the sustained bandwidth is the cap, so never
      * count it as faster.

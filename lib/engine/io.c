@@ -342,8 +342,10 @@ writethrough (struct rb *rb, const struct req *r)
     rbi_nb_set (rb, r->c0, r->c1 - r->c0 + 1);
   apply (rb, r);
   /* A ZERO chunk that now holds data must not be written back as a
-   * hole later: it is plain dirty now (still under our range, so the
-   * flusher cannot have seen it in between).
+   * hole later: it is plain dirty now.  The flusher may have collected
+   * it into a zero run already, but it takes such a run chunk by chunk
+   * under its own range, after ours, and sends zero requests only over
+   * chunks still ZERO then (flush.c, take_zero).
    */
   if (r->op == OP_WRITE)
     chunkmap_move (&rb->map, r->c0, r->c1 - r->c0 + 1, CS_BIT (CS_ZERO),
