@@ -522,22 +522,44 @@ test_sector_write_during_store (void)
   fx_finish (&f, "sector writes during the write back of their chunk");
 }
 
-/* A write back of one sector fails: the sector stays dirty (and only
- * what failed is written again, which the store then takes).
+/* A write back of one sector fails: the sync that covers it fails, the
+ * sectors stay dirty, and only what failed is written again, which the
+ * store then takes.  Each step is held at a gate, so the flusher's
+ * retry cannot overtake the check: the flusher is held writing back a
+ * chunk above X when X is written and the sync ticket taken, so the next
+ * pass is the one that covers the ticket and meets the failing write.
  */
 static void
 test_sector_store_fails (void)
 {
   struct fx f;
-  uint64_t x = 9 * BIG_CHUNK + 2 * SECTOR;
+  uint64_t x = 9 * BIG_CHUNK + 2 * SECTOR, t;
+  struct ts_match m = { .ops = TS_WRITE, .offset = x, .count = 2 * SECTOR,
+                        .tag = "" };
   g_autofree uint8_t *v = NULL;
+  struct ts_gate *g0, *g1, *g2;
+  struct ts_rec rec;
 
   fx_open_cs (&f, 67, false, true, true, 0, BIG_CHUNK);
+  g0 = stall_flusher (&f, 200);         /* a 4 KiB sector above X */
   v = fx_random (&f, 2 * SECTOR);
-  ts_fail_writes (f.ts, 1);
   fx_write (&f, v, 2 * SECTOR, x, 0);
-  g_assert_cmpint (rb_sync (f.rb, -1), ==, -1);
-  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 1);
+  t = rbi_sync_request (f.rb);
+  g1 = ts_gate_arm (f.ts, &m, EIO);
+  ts_gate_open (g0);
+  ts_gate_wait (g1);
+  g2 = ts_gate_arm (f.ts, &m, 0);
+  ts_gate_open (g1);
+  TS_WAIT (rbi_sync_answered (f.rb, t) != 0,
+           "the sync ticket of the failed pass to be answered");
+  g_assert_cmpint (rbi_sync_answered (f.rb, t), ==, -1);
+  ts_gate_wait (g2);
+  rec = ts_gate_rec (g2);
+  g_assert_cmpuint (rec.offset, ==, x);
+  g_assert_cmpuint (rec.count, ==, 2 * SECTOR);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map) +
+                    rb_atomic_load (&f.rb->inflight_chunks), ==, 1);
+  ts_gate_open (g2);
   fx_finish (&f, "a failed write back of sectors");
 }
 
