@@ -53,6 +53,10 @@ cp "$debdir"/nbdkit-plugin-ramback_*.deb "$debdir"/ramback_*.deb "$T/rt/debs/"
 cp "$guest_srcdir/guest/boot-steps.sh" "$guest_srcdir/../README.md" "$T/rt/"
 tar -C "$T/rt" -cf "$T/rt.tar" .
 
+# The console shows systemd's progress with RAMBACK_GUEST_VERBOSE=1.
+console_opts=quiet
+[ -z "${RAMBACK_GUEST_VERBOSE:-}" ] || console_opts=systemd.show_status=1
+
 boot () {   # boot STEP
   local step=$1
   _g_machine "$step"
@@ -68,7 +72,7 @@ boot () {   # boot STEP
     -device scsi-hd,drive=rback,bus=scsi.0,scsi-id=1,lun=0,serial=rback \
     -drive "file=$T/rt.tar,if=none,id=rtest,format=raw,readonly=on" \
     -device virtio-blk-pci,drive=rtest,serial=rtest \
-    -append "console=ttyS1 root=LABEL=root rw panic=-1 quiet ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"
+    -append "console=ttyS1 root=LABEL=root rw panic=-1 $console_opts ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"
   say "guest $step ($GUEST_ACCEL${RAMBACK_BOOT_BROKEN:+, broken: $RAMBACK_BOOT_BROKEN})"
   g_wait_guest "$step"
   grep -a -E '^(installed|README|broken|mounted at boot|files present|status|busy|e2fsck after)' "$T/$step.serial" |
