@@ -69,6 +69,12 @@ ramback_glue_open (const struct rb_config *cfg, const char *what)
   return 0;
 }
 
+void
+ramback_glue_client (int delta)
+{
+  ramback_notify_client (delta);
+}
+
 int
 ramback_glue_bind (void)
 {

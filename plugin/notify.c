@@ -21,9 +21,14 @@
  * thread: populating 45 %, dirty bytes and the time to drain them,
  * draining N left.  Without NOTIFY_SOCKET sd_notify() does nothing.
  *
+ * The status line also counts the NBD clients connected: nbdkit 1.32
+ * does not act on SIGTERM while a client that sent requests stays, so
+ * a stop that waits for one says so ("1 client connected").
+ *
  * Locking: lock protects quit, draining and the snapshots taken for the
- * clean stop; cond wakes the monitor thread when quit is set.  The
- * monitor thread owns the rest of its state (prev, populate_logged).
+ * clean stop; cond wakes the monitor thread when quit is set.  clients
+ * is atomic.  The monitor thread owns the rest of its state (prev,
+ * populate_logged).
  */
 
 #include <config.h>
@@ -53,6 +58,7 @@ static struct rb *mon_rb;
 static uint64_t stop_stored;    /* stored_bytes when the drain began */
 static uint64_t stop_dirty;     /* dirty_bytes then */
 static double stop_t0;          /* and when, monotonic seconds */
+static int clients;             /* NBD clients connected (atomic) */
 
 void
 ramback_info (const char *fmt, ...)
@@ -92,10 +98,17 @@ human (char *buf, size_t len, uint64_t bytes)
   return buf;
 }
 
+void
+ramback_notify_client (int delta)
+{
+  __atomic_add_fetch (&clients, delta, __ATOMIC_RELAXED);
+}
+
 /* The STATUS= line for a snapshot. */
 static void
 status_line (const struct rb_stats *st, bool drain, char *buf, size_t len)
 {
+  int nc = __atomic_load_n (&clients, __ATOMIC_RELAXED);
   char d[32], s[32], err[320] = "";
   size_t n;
 
@@ -119,9 +132,12 @@ status_line (const struct rb_stats *st, bool drain, char *buf, size_t len)
     n += snprintf (buf + n, len - n, ", dirty %s",
                    human (d, sizeof d, st->dirty_bytes));
   if (n < len && st->dirty_bytes && st->flush_bandwidth)
-    snprintf (buf + n, len - n, ", drains in %.1f s at %.1f MiB/s",
-              (double) st->dirty_bytes / st->flush_bandwidth,
-              st->flush_bandwidth / MIB);
+    n += snprintf (buf + n, len - n, ", drains in %.1f s at %.1f MiB/s",
+                   (double) st->dirty_bytes / st->flush_bandwidth,
+                   st->flush_bandwidth / MIB);
+  if (n < len)
+    snprintf (buf + n, len - n, ", %d client%s connected",
+              nc, nc == 1 ? "" : "s");
 }
 
 static void *

@@ -22,6 +22,8 @@
 extern void ramback_info (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 
+/* NBD clients connected now: +1 at .open, -1 at .close. */
+extern void ramback_notify_client (int delta);
 extern void ramback_notify_start (struct rb *rb, const char *what);
 extern void ramback_notify_draining (void);
 extern void ramback_notify_stopped (bool ok);

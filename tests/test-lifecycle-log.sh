@@ -8,7 +8,8 @@
 #     store, the mode, the journal and where the image comes from; a
 #     STATUS= line says "populating N %"; "populated: ... after T s" once
 #     done;
-#  2. a mode switch over the control socket is logged;
+#  2. a mode switch over the control socket is logged; a client that
+#     stays connected is counted in STATUS=;
 #  3. 8 MiB written with flush-rate=1M (dirty: STATUS= says so); SIGTERM:
 #     STOPPING=1 and "draining" in STATUS=, then "clean stop: wrote back
 #     N bytes in T s, store synced: safe to power off" with N at least
@@ -59,7 +60,7 @@ wait_for () {   # wait_for FILE ERE WHAT
 }
 
 wait_for "$notes" '^READY=1 \(socket there\)$' "READY=1 once serving"
-wait_for "$log" '^ramback: started: 16\.0 MiB, backing store .*back\.img.*, writeback, fsync=ignore, no journal; image populating from the backing store$' "start line"
+wait_for "$log" '^ramback: started: 16\.0 MiB, backing store (.*back\.img.*|the plugin below the filter \(plugin\)), writeback, fsync=ignore, no journal; image populating from the backing store$' "start line"
 wait_for "$notes" '^STATUS=writeback, populating [0-9]+ % \(' "populating STATUS="
 wait_for "$log" '^ramback: populated: the whole image is in RAM after [0-9.]+ s, 16\.0 MiB read from the backing store \([0-9.]+ MiB/s\)$' "populate line"
 
@@ -67,6 +68,16 @@ ctl "$ctlsock" "mode writethrough" >/dev/null
 wait_for "$log" '^ramback: mode: writethrough$' "mode line"
 ctl "$ctlsock" "mode writeback" >/dev/null
 wait_for "$log" '^ramback: mode: writeback$' "mode line"
+
+# A client that stays shows in the status line (a stop waits for it).
+/usr/bin/python3 -c '
+import nbd, sys, time
+h = nbd.NBD (); h.connect_uri (sys.argv[1]); time.sleep (600)' "$uri" &
+client=$!
+cleanup_fn kill "$client"
+wait_for "$notes" '^STATUS=writeback, dirty .*, 1 client connected' "1 client in STATUS="
+kill "$client"; wait "$client" 2>/dev/null || :
+wait_for "$notes" '^STATUS=writeback, dirty .*, 0 clients connected' "0 clients in STATUS="
 
 head -c 8M /dev/urandom >"$TMP/data"
 nbdcopy "$TMP/data" "$uri"
