@@ -23,8 +23,11 @@
 #    README's Install commands, a disk mounted from /etc/fstab at boot,
 #    reboot, poweroff during writes and a stop of the ramback unit, each
 #    unmounting, disconnecting and draining in that order
-#    (qemu-guest/boot-scenario.sh).
-# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot" to
+#    (qemu-guest/boot-scenario.sh),
+# 10. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
+#    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
+# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot
+# quickstart" to
 # leave stages out, RAMBACK_CHECK_JOBS (default 3) for the number of
 # tests run at a time.
 set -uo pipefail
@@ -79,6 +82,7 @@ stage distcheck scripts/check-dist.sh
 stage packages scripts/check-packages.sh
 stage boot env top_builddir="$PWD/_build" qemu-guest/boot-scenario.sh \
     "${RAMBACK_DEB_DIR:-_build-deb}"
+stage quickstart scripts/check-quickstart.sh
 
 # One closing line for the whole run, counted from every test result.
 pass=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: PASS')
