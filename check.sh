@@ -27,9 +27,8 @@
 # 10. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
 #    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
 # Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot
-# quickstart" to
-# leave stages out, RAMBACK_CHECK_JOBS (default 3) for the number of
-# tests run at a time.
+# quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 3) for
+# the number of tests run at a time.
 set -uo pipefail
 cd "$(dirname "$0")"
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
