@@ -27,8 +27,8 @@
  *
  * Locking: lock protects quit, draining and the snapshots taken for the
  * clean stop; cond wakes the monitor thread when quit is set.  clients
- * is atomic.  The monitor thread owns the rest of its state (prev,
- * populate_logged).
+ * is atomic.  The monitor thread owns the rest of its state
+ * (populate_logged, errors_seen).
  */
 
 #include <config.h>
@@ -144,12 +144,14 @@ static void *
 monitor_thread (void *arg)
 {
   struct rb *rb = arg;
-  struct rb_stats st, prev;
+  struct rb_stats st;
   bool populate_logged, drain;
+  uint64_t errors_seen;         /* store_errors at the last recovery */
   char line[512];
 
-  rb_get_stats (rb, &prev);
-  populate_logged = prev.populated;
+  rb_get_stats (rb, &st);
+  populate_logged = st.populated;
+  errors_seen = st.store_errors;
   for (;;) {
     struct timespec until;
 
@@ -168,12 +170,16 @@ monitor_thread (void *arg)
                     st.uptime, human (b, sizeof b, st.loaded_bytes),
                     st.uptime > 0 ? st.loaded_bytes / MIB / st.uptime : 0.0);
     }
-    if (prev.store_state != RB_STORE_OK && st.store_state == RB_STORE_OK)
+    /* Errors since the last look (or still failing then), and the
+     * store answers again: however short the failure, it is reported.
+     */
+    if (st.store_state == RB_STORE_OK && st.store_errors > errors_seen) {
       ramback_info ("backing store recovered after %" PRIu64 " errors: "
-                    "writing back again", st.store_errors);
+                    "writing back again", st.store_errors - errors_seen);
+      errors_seen = st.store_errors;
+    }
     status_line (&st, drain, line, sizeof line);
     sd_notifyf (0, "STATUS=%s", line);
-    prev = st;
 
     pthread_mutex_lock (&lock);
     clock_gettime (CLOCK_REALTIME, &until);
