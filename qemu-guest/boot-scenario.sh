@@ -75,7 +75,7 @@ boot () {   # boot STEP
     -append "console=ttyS1 root=LABEL=root rw panic=-1 $console_opts ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"
   say "guest $step ($GUEST_ACCEL${RAMBACK_BOOT_BROKEN:+, broken: $RAMBACK_BOOT_BROKEN})"
   g_wait_guest "$step"
-  grep -a -E '^(installed|README|broken|mounted at boot|files present|status|busy|e2fsck after)' "$T/$step.serial" |
+  grep -a -E '^(installed|README|broken|mounted at boot|files present|order at|status|busy|e2fsck after)' "$T/$step.serial" |
     tr -d '\r' | sed "s/^/  $step: /" || true
   grep -a '^journal ' "$T/$step.serial" | tr -d '\r' | sed "s/^/  $step: /" || true
 }

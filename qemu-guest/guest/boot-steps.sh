@@ -83,6 +83,28 @@ readme_block () {
     END { exit !found }' /run/rt/README.md
 }
 
+# stop_order WHAT BOOT [SINCE]: the journal of boot BOOT (0 this one,
+# -1 the last), from monotonic time SINCE on, shows the stop WHAT in the
+# one safe order: unmounted, then detached, then the clean stop's "safe
+# to power off".
+stop_order () {
+  local what=$1 boot=$2 since=${3:-0} u d c
+  at () {   # at ERE: the monotonic time of the first line matching ERE
+    journalctl -b "$boot" --no-pager -o short-monotonic |
+      awk -v since="$since" -v re="$1" '
+        { t = substr($2, 1, length($2) - 1) + 0 }
+        t >= since && $0 ~ re { print t; exit }'
+  }
+  u=$(at 'Unmounted srv-data.mount')
+  d=$(at 'ramback-nbd: data: detached /dev/nbd0')
+  c=$(at 'clean stop: wrote back .* safe to power off')
+  [ -n "$u" ] && [ -n "$d" ] && [ -n "$c" ] ||
+    fail "$what: journal lines missing (unmounted '$u', detached '$d', clean stop '$c')"
+  awk -v u="$u" -v d="$d" -v c="$c" 'BEGIN { exit !(u < d && d < c) }' ||
+    fail "$what: out of order: unmounted at $u, detached at $d, clean stop at $c"
+  echo "order at $what: unmounted at $u s, detached at $d s, clean stop at $c s"
+}
+
 mounted_at_boot () {
   local src
   src=$(findmnt -rn -o SOURCE "$mnt") || fail "$mnt is not mounted after boot"
@@ -126,6 +148,7 @@ poweroff)
   mounted_at_boot
   check_files a b
   show_journal -1
+  stop_order reboot -1
   mark writing
   ( write_files c 100000 yes ) &
   # Some files written, then the power off with the writer running.
@@ -138,6 +161,7 @@ stop)
   mounted_at_boot
   check_files a b c
   show_journal -1
+  stop_order poweroff -1
   # Busy: stopping the attach unit refuses, and nothing changes.
   (cd "$mnt" && exec sleep 600) &
   busy=$!
@@ -157,7 +181,9 @@ stop)
   findmnt -rn "$mnt" >/dev/null || mount "$mnt" || fail "mount $mnt again failed"
   write_files d 20 no || fail "writing set d failed"
   mark stopping
+  since=$(awk '{ print $1 }' /proc/uptime)
   systemctl stop ramback@data || fail "systemctl stop ramback@data failed"
+  stop_order "stop of ramback@data" 0 "$since"
   findmnt -rn "$mnt" >/dev/null && fail "$mnt still mounted after stopping ramback@data"
   [ -e /sys/block/nbd0/pid ] && fail "nbd0 still connected after stopping ramback@data"
   systemctl is-active -q ramback@data && fail "ramback@data still active"
