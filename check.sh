@@ -18,10 +18,17 @@
 #    from a read-only source tree, installs and uninstalls cleanly,
 # 8. the Debian packages: built, linted, installed, their installed
 #    files smoke-tested (dkms builds the dm target, never loads it),
-#    purged (scripts/check-packages.sh).
-# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages" to
-# leave stages out, RAMBACK_CHECK_JOBS (default 3) for the number of
-# tests run at a time.
+#    purged (scripts/check-packages.sh),
+# 9. those packages in a booted Debian 12 guest, systemd as PID 1: the
+#    README's Install commands, a disk mounted from /etc/fstab at boot,
+#    reboot, poweroff during writes and a stop of the ramback unit, each
+#    unmounting, disconnecting and draining in that order
+#    (qemu-guest/boot-scenario.sh),
+# 10. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
+#    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
+# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot
+# quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 3) for
+# the number of tests run at a time.
 set -uo pipefail
 cd "$(dirname "$0")"
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
@@ -72,6 +79,9 @@ stage guest check_in _build check-guest
 stage dm check_in _build check-dm
 stage distcheck scripts/check-dist.sh
 stage packages scripts/check-packages.sh
+stage boot env top_builddir="$PWD/_build" qemu-guest/boot-scenario.sh \
+    "${RAMBACK_DEB_DIR:-_build-deb}"
+stage quickstart scripts/check-quickstart.sh
 
 # One closing line for the whole run, counted from every test result.
 pass=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: PASS')

@@ -4,9 +4,11 @@
 #
 #   ./run.sh [PLUGIN-PARAMETERS...]
 #
-# Installs the dependencies, builds, and serves a 1 GiB RAM disk backed
-# by _demo/backing.img (created sparse on first run) on the Unix socket
-# _demo/nbd.sock, with the control socket _demo/control.sock.  Ctrl-C
+# Installs what building and running need (scripts/deps.sh run), builds,
+# and serves a RAM disk backed by _demo/backing.img on the Unix socket
+# _demo/nbd.sock, with the control socket _demo/control.sock.  The
+# backing file is created sparse on first run, 1 GiB unless size= is
+# given (./run.sh size=2G); later runs serve it at its size.  Ctrl-C
 # (or SIGTERM) is a clean stop: everything dirty is written back first.
 # Extra arguments are plugin parameters, e.g. ./run.sh mode=writethrough
 set -euo pipefail
@@ -14,14 +16,19 @@ cd "$(dirname "$0")"
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
 top=$(pwd)
 
-scripts/deps.sh
+scripts/deps.sh run
 scripts/build.sh _build
 
 demo="$top/_demo"
 mkdir -p "$demo"
 back=${RAMBACK_BACK:-$demo/backing.img}
-size=()
-[ -e "$back" ] || size=(size="${RAMBACK_SIZE:-1G}")
+# The default size only for a new backing file, and only if the
+# arguments give none (the plugin takes size= once).
+size=(size="${RAMBACK_SIZE:-1G}")
+[ -e "$back" ] && size=()
+for a in "$@"; do
+    case $a in size=*) size=() ;; esac
+done
 rm -f "$demo/nbd.sock"
 
 cat <<EOM

@@ -76,6 +76,7 @@ def local (v):
         w[0] = os.path.join (contrib, os.path.basename (w[0]))
     return " ".join (w)
 start, posts, stops, mode, rundir = None, [], [], "0755", None
+svctype, pidfile = "simple", None
 for line in text.splitlines ():
     k, _, v = line.partition ("=")
     v = subst (v)
@@ -93,6 +94,8 @@ for line in text.splitlines ():
             stops.append (v)
     elif k == "PIDFile":
         pidfile = v
+    elif k == "Type":
+        svctype = v
     elif k == "RuntimeDirectory":
         rundir = tmp + "/run/" + v
     elif k == "RuntimeDirectoryMode":
@@ -100,6 +103,14 @@ for line in text.splitlines ():
     elif k == "EnvironmentFile":
         # Ours instead of @sysconfdir@/ramback/NAME.conf.
         envfile = v.endswith ("/ramback/%s.conf" % name)
+if svctype == "notify":
+    # systemd runs nbdkit -f as the main process and waits for READY=1
+    # (the plugin's sd_notify, after the sockets are made); here it runs
+    # in the background, and a pid file made after the sockets stands
+    # for READY=1.
+    assert " -f " in start and not pidfile, "Type=notify: nbdkit -f, no PIDFile"
+    pidfile = rundir + "/.test-nbdkit.pid"
+    start = start.replace (" -f ", " -f -P %s " % q (pidfile), 1) + " &"
 assert start and rundir and pidfile and envfile, "unit not understood"
 print ("%s_dir=%s" % (name, q (rundir)))
 print ("%s_ctl=%s" % (name, q (rundir + "/control.sock")))

@@ -39,7 +39,8 @@
  *                      nbdkit has already detached and the message is in
  *                      its log
  *   .open              no context into the plugin per client: clients
- *                      are served from RAM, through the one image
+ *                      are served from RAM, through the one image;
+ *                      .open and .close count them for the status line
  *   .cleanup           nbdkit 1.32 calls it after the last client is gone
  *                      and before the plugin's .cleanup and any .unload:
  *                      the clean stop drains and syncs through the
@@ -268,7 +269,14 @@ static void *
 ramback_filter_open (nbdkit_next_open *next, nbdkit_context *context,
                      int readonly, const char *exportname, int is_tls)
 {
+  ramback_glue_client (1);
   return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+static void
+ramback_filter_close (void *handle)
+{
+  ramback_glue_client (-1);
 }
 
 static int64_t
@@ -442,6 +450,7 @@ static struct nbdkit_filter filter = {
   .list_exports       = ramback_filter_list_exports,
   .default_export     = ramback_filter_default_export,
   .open               = ramback_filter_open,
+  .close              = ramback_filter_close,
   .get_size           = ramback_filter_get_size,
   .export_description = ramback_filter_export_description,
   .block_size         = ramback_filter_block_size,

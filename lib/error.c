@@ -100,6 +100,16 @@ rb_log (const char *fmt, ...)
 }
 
 void
+rb_info (const char *fmt, ...)
+{
+  va_list args;
+
+  va_start (args, fmt);
+  emit (RB_LOG_INFO, fmt, args);
+  va_end (args);
+}
+
+void
 rb_warn (const char *fmt, ...)
 {
   va_list args;

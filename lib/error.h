@@ -30,10 +30,13 @@ extern void rb_set_error (int errnum, const char *fmt, ...)
  */
 extern const char *rb_strerror (int errnum);
 
-/* Logging: debug messages and per-request trace go through the function
+/* Logging: debug messages and per-request trace (rb_log), events of the
+ * device's life (rb_info) and warnings (rb_warn) go through the function
  * set by rb_set_log() (the plugin points it at nbdkit_debug).
  */
 extern void rb_log (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+extern void rb_info (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void rb_warn (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));

@@ -278,10 +278,12 @@ extern const char *rb_get_error (void);
 extern int rb_get_errno (void);
 
 /* Where messages go (default: stderr).  RB_LOG_DEBUG is progress and
- * trace, RB_LOG_WARN is something an operator must see (a backing store
+ * trace, RB_LOG_INFO an event of the device's life an operator reads in
+ * the system log (a mode change, a journal replayed at start),
+ * RB_LOG_WARN is something an operator must see (a backing store
  * error, data that cannot be written back).
  */
-enum rb_log_level { RB_LOG_DEBUG, RB_LOG_WARN };
+enum rb_log_level { RB_LOG_DEBUG, RB_LOG_INFO, RB_LOG_WARN };
 typedef void (*rb_log_fn) (enum rb_log_level level, const char *msg);
 extern void rb_set_log (rb_log_fn fn);
 

@@ -13,18 +13,24 @@
 #include "ramback.h"
 #include "params.h"
 #include "control-server.h"
+#include "notify.h"
 #include "glue.h"
 
 struct rb *ramback_rb;
+/* The store, for the start line (notify.c). */
+static char store_name[256];
 
-/* The core's messages: progress to debug output (-v), warnings always. */
+/* The core's messages: progress to debug output (-v), events of the
+ * device's life and warnings always.
+ */
 static void
 log_to_nbdkit (enum rb_log_level level, const char *msg)
 {
-  if (level == RB_LOG_WARN)
-    nbdkit_error ("%s", msg);
-  else
-    nbdkit_debug ("%s", msg);
+  switch (level) {
+  case RB_LOG_WARN: nbdkit_error ("%s", msg); break;
+  case RB_LOG_INFO: ramback_info ("%s", msg); break;
+  case RB_LOG_DEBUG: nbdkit_debug ("%s", msg); break;
+  }
 }
 
 void
@@ -56,10 +62,17 @@ ramback_glue_open (const struct rb_config *cfg, const char *what)
   }
   if (ramback_trace)
     rb_set_trace (ramback_rb, true);
+  snprintf (store_name, sizeof store_name, "%s", what);
   nbdkit_debug ("ramback: %s, %" PRIu64 " bytes in %u-byte chunks",
                 what, rb_get_size (ramback_rb),
                 rb_get_chunk_size (ramback_rb));
   return 0;
+}
+
+void
+ramback_glue_client (int delta)
+{
+  ramback_notify_client (delta);
 }
 
 int
@@ -78,7 +91,10 @@ ramback_glue_start (void)
     ramback_glue_error ();
     return -1;
   }
-  return control_server_start (ramback_rb);
+  if (control_server_start (ramback_rb) == -1)
+    return -1;
+  ramback_notify_start (ramback_rb, store_name);
+  return 0;
 }
 
 void
@@ -86,9 +102,14 @@ ramback_glue_cleanup (void)
 {
   if (ramback_rb) {
     /* Drain while the control socket still answers status requests. */
-    if (rb_shutdown (ramback_rb) == -1)
+    int r;
+
+    ramback_notify_draining ();
+    r = rb_shutdown (ramback_rb);
+    if (r == -1)
       nbdkit_error ("clean stop failed: %s: DATA WAS NOT WRITTEN BACK",
                     rb_get_error ());
+    ramback_notify_stopped (r == 0);
   }
   control_server_stop ();
   if (ramback_rb == NULL)

@@ -38,6 +38,10 @@ extern void ramback_glue_load (void);
 extern int ramback_glue_error (void);
 extern int ramback_glue_open (const struct rb_config *cfg, const char *what);
 extern int ramback_glue_bind (void);
+/* A client connected (.open) and went (.close): counted for the status
+ * line, which says how many a stop waits for.
+ */
+extern void ramback_glue_client (int delta);
 extern int ramback_glue_start (void);
 extern void ramback_glue_cleanup (void);
 

@@ -13,6 +13,7 @@
  *   .after_fork                 start the populate and flush threads and
  *                               the control server (threads do not
  *                               survive fork)
+ *   .open / .close              count the clients, for the status line
  *   .cleanup                    clean stop: drain all dirty data, sync,
  *                               then stop the control server and free
  */
@@ -82,7 +83,14 @@ ramback_cleanup (void)
 static void *
 ramback_open (int readonly)
 {
+  ramback_glue_client (1);
   return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+static void
+ramback_close (void *handle)
+{
+  ramback_glue_client (-1);
 }
 
 static int64_t
@@ -197,6 +205,7 @@ static struct nbdkit_plugin plugin = {
   .after_fork        = ramback_after_fork,
   .cleanup           = ramback_cleanup,
   .open              = ramback_open,
+  .close             = ramback_close,
   .get_size          = ramback_get_size,
   .can_multi_conn    = ramback_can_multi_conn,
   .can_flush         = ramback_can_flush,

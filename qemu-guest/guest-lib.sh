@@ -11,6 +11,9 @@
 #   g_boot NAME SOCK STEP [ramback.K=V...]
 #                             start a guest on nbdkit socket SOCK running
 #                             guest step STEP; serial log $T/NAME.serial
+#   _g_machine NAME; g_qemu NAME "${_g_argv[@]}" MORE...
+#                             the same machine booting something else
+#                             (boot-scenario.sh: a Debian root disk)
 #   g_wait_mark NAME MARK [TIMEOUT]   wait for "RAMBACK-MARK: MARK"
 #   g_wait_guest NAME [TIMEOUT]       wait for the guest to power off;
 #                                     fails unless it reported PASS
@@ -100,16 +103,23 @@ cat "$CACHE/base.cpio.gz" "$T/overlay.cpio.gz" >"$_g_initrd"
 # KVM only if it really works: /dev/kvm usable AND a probe boot with it
 # completes (on some nested hosts KVM opens fine and then hangs or
 # aborts).  The verdict is cached for this host boot and this QEMU.
-_g_qemu_args () {   # NAME SOCK STEP EXTRA...: print nothing, set _g_argv
-  local name=$1 sock=$2 step=$3; shift 3
-  local accel=${_g_accel:-tcg} cpu=max p i=0
+# _g_machine NAME: set _g_argv to the machine every guest runs on, its
+# first serial port (the results) in $T/NAME.serial, never rebooting.
+_g_machine () {
+  local name=$1 accel=${_g_accel:-tcg} cpu=max
   [ "$accel" = kvm ] && cpu=host
   _g_argv=("$QEMU" -nodefaults -display none -no-user-config
            -accel "$accel" -cpu "$cpu" -smp "$GUEST_SMP" -m "$GUEST_MEM"
            -no-reboot
-           -kernel "$CACHE/vmlinuz" -initrd "$_g_initrd"
            -serial "file:$T/$name.serial"
            -pidfile "$T/$name.qpid")
+}
+
+_g_qemu_args () {   # NAME SOCK STEP EXTRA...: print nothing, set _g_argv
+  local name=$1 sock=$2 step=$3; shift 3
+  local p
+  _g_machine "$name"
+  _g_argv+=(-kernel "$CACHE/vmlinuz" -initrd "$_g_initrd")
   if [ -n "$sock" ]; then
     # restrict=on: the guest reaches nothing but this one guestfwd.  The
     # cmd: form runs one relay per guest connection (nbd-client -C 4).
@@ -203,12 +213,19 @@ g_kill9 () {   # g_kill9 PID...: the power cut, all at the same instant
 g_boot () {
   local name=$1 sock=$2 step=$3; shift 3
   _g_qemu_args "$name" "$sock" "$step" "$@"
+  g_qemu "$name" "${_g_argv[@]}"
+  say "guest $name: step $step ($GUEST_ACCEL${*:+, $*})"
+}
+
+# g_qemu NAME ARGV...: start the QEMU command ARGV (from _g_machine and
+# more) as guest NAME, for g_wait_mark and g_wait_guest.
+g_qemu () {
+  local name=$1; shift
   rm -f "$T/$name.serial" "$T/$name.qpid"
-  "${_g_argv[@]}" >"$T/$name.log" 2>&1 </dev/null &
+  "$@" >"$T/$name.log" 2>&1 </dev/null &
   local pid=$!
   _g_pids+=("$pid")
   eval "${name}_qpid=$pid ${name}_t0=\$(date +%s.%N)"
-  say "guest $name: step $step ($GUEST_ACCEL${*:+, $*})"
 }
 
 # The serial log has tty line ends (\r\n).

@@ -15,7 +15,7 @@
 #     memory plugin with a data round trip written back to the plugin,
 #     "ramback status" on its control socket, the
 #     installed UPS hook, "man -w" for each page, "systemd-analyze
-#     verify" on the installed unit, and "dkms build" of dm-ramback for
+#     verify" on the installed units, and "dkms build" of dm-ramback for
 #     the headers of linux-headers-cloud-amd64's kernel: a build only,
 #     with DKMS's automatic build and install turned off for the
 #     duration; the module is never installed nor loaded here;
@@ -296,17 +296,19 @@ for page in 1:nbdkit-ramback-plugin 1:nbdkit-ramback-filter 1:ramback \
         die "man ${page/:/ } warns (above)"
 done
 
-# The unit: systemd-analyze checks its syntax, that the programs it runs
-# exist, and (Documentation=) that its man pages are installed.
-unit=/lib/systemd/system/ramback@.service
-owned "$unit"
-systemd-analyze verify "$unit" >verify.log 2>&1 ||
-    { cat verify.log; die "systemd-analyze verify $unit failed"; }
-if grep . verify.log; then die "systemd-analyze verify $unit warns (above)"; fi
-systemd-analyze verify ramback@smoke.service >verify.log 2>&1 ||
-    { cat verify.log; die "systemd-analyze verify ramback@smoke.service failed"; }
-if grep . verify.log; then die "systemd-analyze verify ramback@smoke.service warns (above)"; fi
-say "systemd-analyze verify $unit: ok"
+# The units: systemd-analyze checks their syntax, that the programs it runs
+# exist, and (Documentation=) that their man pages are installed.
+for u in ramback ramback-nbd; do
+    unit=/lib/systemd/system/$u@.service
+    owned "$unit"
+    systemd-analyze verify "$unit" >verify.log 2>&1 ||
+        { cat verify.log; die "systemd-analyze verify $unit failed"; }
+    if grep . verify.log; then die "systemd-analyze verify $unit warns (above)"; fi
+    systemd-analyze verify "$u@smoke.service" >verify.log 2>&1 ||
+        { cat verify.log; die "systemd-analyze verify $u@smoke.service failed"; }
+    if grep . verify.log; then die "systemd-analyze verify $u@smoke.service warns (above)"; fi
+    say "systemd-analyze verify $unit: ok"
+done
 
 # The dm target's source, built by DKMS for Debian's cloud kernel (the
 # QEMU guest's).  Never insmod or modprobe it here.

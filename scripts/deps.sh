@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Install what ramback needs to build, run and test, from Debian 12's
-# archive.  Does nothing for packages already installed; needs root (or
-# sudo) only when something is missing.
+# Install what ramback needs from Debian 12's archive:
+#
+#   scripts/deps.sh run     to build and run it (./run.sh)
+#   scripts/deps.sh         that and everything the tests and the
+#                           packages need (./check.sh)
+#
+# Does nothing for packages already installed; needs root (or sudo)
+# only when something is missing.
 set -euo pipefail
 
-packages=(
+run_packages=(
     # build
     gcc make autoconf automake libtool pkg-config perl
-    nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev
-    # run and test
-    libnbd-bin python3-libnbd fio qemu-utils nbd-server
+    nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev libsystemd-dev
+    # run: nbdinfo and nbdcopy to try it
+    libnbd-bin
+)
+test_packages=(
+    # test
+    python3-libnbd fio qemu-utils nbd-server
     socat jq e2fsprogs util-linux procps xz-utils tmux
     # the filter form's tests: nbdkit's ssh plugin against a local sshd
     openssh-server openssh-client
@@ -25,7 +34,16 @@ packages=(
     # Debian packages: build, lint, install and test them
     # (scripts/check-packages.sh); dkms is what ramback-dkms depends on
     dpkg-dev debhelper dh-dkms dkms lintian man-db systemd
+    # the booted guest: a Debian 12 root with systemd, built from the
+    # archive (qemu-guest/sysroot-build.sh)
+    mmdebstrap
 )
+
+case ${1:-all} in
+    run) packages=("${run_packages[@]}") ;;
+    all) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+    *) echo "usage: scripts/deps.sh [run|all]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -11,4 +11,7 @@ EXTRA_DIST += $(control_tests)
 # Every status json field documented in docs/ramback-control.pod, and
 # the other way round.
 TESTS += test-status-fields.sh
+# What the log (no -v) and systemd (sd_notify) hear of the lifecycle.
+TESTS += test-lifecycle-log.sh
+EXTRA_DIST += test-lifecycle-log.sh
 EXTRA_DIST += test-status-fields.sh

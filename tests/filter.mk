@@ -8,7 +8,8 @@
 #    test-X.sh so; its log is test-X.log (test-X.sh.log is the plugin
 #    form's).  The tests whose assertions are about the store: what
 #    the filter changes is the store (the plugin below), the rest is
-#    the same core and glue.  test-mode-toggle and test-fsync-wait run
+#    the same core and glue (but for test-lifecycle-log: the glue's log
+#    lines and sd_notify, in both forms).  test-mode-toggle and test-fsync-wait run
 #    their store half only in the filter form; test-ups-window,
 #    test-fio and test-enospc run in the plugin form only (the core's
 #    rate, a client's random I/O, and a store error that
@@ -24,6 +25,7 @@ filter_form_tests = \
 	test-bad-input.filter \
 	test-error-backing.filter \
 	test-sigterm-drain.filter \
+	test-lifecycle-log.filter \
 	test-remote-qemu-nbd.filter \
 	$(NULL)
 TESTS += $(filter_form_tests)

@@ -11,7 +11,8 @@
 #    EIO.  Trigger removed: sync succeeds and the file equals what the
 #    device reads, including the failed writethrough write's range, which
 #    nobody writes again (RAM is the truth and reaches the store); again
-#    after more writes and FLUSH, and after SIGTERM.
+#    after more writes and FLUSH, and after SIGTERM.  The log says the
+#    store recovered.
 # B. fsyncgate: back= a disk with a volatile write cache
 #    (volatile-disk.sh) whose failing FLUSH throws away every write since
 #    the last good one, while the writes themselves had "succeeded".
@@ -165,6 +166,13 @@ fi
 soft_rc=0
 py "$TMP/fail.py" "$rb_uri" "$rb_ctl" "$img" "$TMP/a.fail" "$TMP/a.model" A || soft_rc=$?
 [ "$soft_rc" -eq 0 ] || [ "$soft_rc" -eq 3 ] || fail "part A"
+# The recovery is in the log at every level (not only with -v).
+for (( i = 0; i < 600; i++ )); do
+    grep -q '^ramback: backing store recovered after [0-9]* errors' "$rb_log" && break
+    sleep 0.1
+done
+grep '^ramback: backing store recovered after [0-9]* errors' "$rb_log" ||
+    fail "no 'backing store recovered' line in the log"
 stop_rb_same rb "$img" "$TMP/a.model"
 [ "$RAMBACK_FORM" = filter ] || stop_nbdkit "$ba_pid"
 grep -c 'injecting' "$ba_log" | sed 's/^/errors injected: /' || true

@@ -271,7 +271,7 @@ rb_set_mode (struct rb *rb, enum rb_mode mode)
   if (rb_atomic_load (&rb->mode) == (int) mode)
     return 0;
   rb_atomic_store (&rb->mode, (int) mode);
-  rb_log ("mode: %s", mode == RB_MODE_WRITEBACK ? "writeback" : "writethrough");
+  rb_info ("mode: %s", mode == RB_MODE_WRITEBACK ? "writeback" : "writethrough");
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     /* Populate pauses in writethrough mode and resumes after it. */

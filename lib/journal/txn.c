@@ -412,17 +412,17 @@ rbi_txn_open (struct rb *rb)
     return -1;
   }
   if (t->replay.formatted)
-    rb_log ("journal: %s is new: formatted, %" PRIu64 " bytes for "
+    rb_info ("journal: %s is new: formatted, %" PRIu64 " bytes for "
             "transactions", rb->cfg.journal, t->capacity);
   else if (t->replay.txns)
-    rb_log ("journal: replayed %" PRIu64 " transactions (%" PRIu64 " to %"
+    rb_info ("journal: replayed %" PRIu64 " transactions (%" PRIu64 " to %"
             PRIu64 ", %" PRIu64 " bytes) onto the backing store%s",
             t->replay.txns, t->replay.first_seq, t->replay.last_seq,
             t->replay.bytes,
             t->replay.torn ? "; ignored a damaged or incomplete one after them"
             : "");
   else
-    rb_log ("journal: empty, nothing to replay%s",
+    rb_info ("journal: empty, nothing to replay%s",
             t->replay.torn ? " (ignored a damaged or incomplete transaction)"
             : "");
   rb->jops = &journal_ops;

@@ -267,7 +267,7 @@ rbi_resume_map (struct rb *rb)
   to_write = chunkmap_dirty (&rb->map);
   rb->resumed_chunks = chunkmap_loaded (&rb->map);
   rb->resumed_to_write = to_write;
-  rb_log ("resume: %" PRIu64 " of %" PRIu64 " chunks taken from the RAM "
+  rb_info ("resume: %" PRIu64 " of %" PRIu64 " chunks taken from the RAM "
           "image, %" PRIu64 " of them to write back, %" PRIu64 " to load "
           "from the backing store", rb->resumed_chunks, rb->nchunks,
           to_write, rb->nchunks - rb->resumed_chunks);
