@@ -393,8 +393,11 @@ struct rb_journal_ops {
   int (*sync) (struct rb *rb);
   /* Writers wait for space: a commit point and the in-place writes now. */
   void (*hurry) (struct rb *rb);
-  /* Wait until everything written so far is in place (writethrough). */
-  int (*wait_applied) (struct rb *rb);
+  /* Wait until everything written so far is in place on the backing
+   * store and synced there (a writethrough write, rb_sync), up to
+   * 'deadline' (rb_deadline_ms); 'what' names the caller in errors.
+   */
+  int (*wait_applied) (struct rb *rb, uint64_t deadline, const char *what);
 };
 /* Open the journal and replay it onto the backing store; sets rb->jops. */
 extern int rbi_txn_open (struct rb *rb);

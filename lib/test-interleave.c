@@ -1333,14 +1333,16 @@ flusher_job_main (gpointer arg)
   return NULL;
 }
 
-static void
-test_journal_sync_answered (void)
+/* fsync=wait and a 4 MiB journal in a file of its own; returns its
+ * path, for fx_finish_journal.
+ */
+static char *
+fx_open_journal (struct fx *f, guint32 seed)
 {
-  g_autofree char *jpath = NULL;
   struct rb_config c = { .chunk_size = CHUNK, .populate = true,
                          .fsync_wait = true, .store.tls_verify_peer = -1 };
-  struct fx f;
-  int i, fd;
+  char *jpath;
+  int fd;
 
   jpath = g_strdup_printf ("%s/ramback-interleave-journal-%d",
                            g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
@@ -1349,17 +1351,41 @@ test_journal_sync_answered (void)
   g_assert_cmpint (fd, >=, 0);
   g_assert_cmpint (ftruncate (fd, 4 * MiB), ==, 0);
   close (fd);
-  f.r = g_rand_new_with_seed (97);
-  f.model = g_malloc (SIZE);
-  ts_fill_random (f.r, f.model, SIZE);
-  f.ts = ts_new (SIZE, f.model);
-  c.store_override = ts_store (f.ts);
+  f->r = g_rand_new_with_seed (seed);
+  f->model = g_malloc (SIZE);
+  ts_fill_random (f->r, f->model, SIZE);
+  f->ts = ts_new (SIZE, f->model);
+  c.store_override = ts_store (f->ts);
   c.journal = jpath;
-  f.rb = rb_open (&c);
-  if (f.rb == NULL)
+  f->rb = rb_open (&c);
+  if (f->rb == NULL)
     g_error ("rb_open: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (f.rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_start (f->rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
+  return jpath;
+}
+
+/* RAM == model; a clean stop puts everything in place: store == model. */
+static void
+fx_finish_journal (struct fx *f, char *jpath, const char *what)
+{
+  fx_check_ram (f, what);
+  g_assert_cmpint (rb_close (f->rb), ==, 0);
+  ts_assert_durable (f->ts, f->model, what);
+  ts_free (f->ts);
+  g_free (f->model);
+  g_rand_free (f->r);
+  unlink (jpath);
+  g_free (jpath);
+}
+
+static void
+test_journal_sync_answered (void)
+{
+  struct fx f;
+  char *jpath = fx_open_journal (&f, 97);
+  int i;
+
   for (i = 0; i < 20; i++) {
     g_autofree uint8_t *buf = fx_random (&f, CHUNK);
     uint64_t t;
@@ -1392,16 +1418,45 @@ test_journal_sync_answered (void)
         g_free (jobs[k].bufs[n]);
     }
   }
-  /* A sync answers once the journal holds it; the store has it in
-   * place after the close.
+  /* A ticket (a FLUSH) is answered once the journal holds it; the
+   * store has it in place after the close.
    */
-  fx_check_ram (&f, "sync tickets answered by the journal");
-  g_assert_cmpint (rb_close (f.rb), ==, 0);
-  ts_assert_durable (f.ts, f.model, "sync tickets answered by the journal");
-  ts_free (f.ts);
-  g_free (f.model);
-  g_rand_free (f.r);
-  unlink (jpath);
+  fx_finish_journal (&f, jpath, "sync tickets answered by the journal");
+}
+
+/* With a journal, rb_sync (the control socket's sync) promises more than
+ * a FLUSH: everything written before it is on the backing store, in
+ * place, and synced.  The applier's in-place write is held: the sync
+ * must still be waiting then, and the store must have the data when it
+ * returns.
+ */
+static void
+test_journal_sync_in_place (void)
+{
+  struct fx f;
+  char *jpath = fx_open_journal (&f, 107);
+  uint64_t x = 30 * CHUNK;
+  struct ts_match m = { .ops = TS_WRITE, .offset = x, .count = CHUNK,
+                        .tag = "" };
+  g_autofree uint8_t *v = fx_random (&f, CHUNK);
+  struct ts_gate *g = ts_gate_arm (f.ts, &m, 0);
+  struct job j;
+
+  fx_write (&f, v, CHUNK, x, 0);
+  j = (struct job) { .f = &f, .tag = "sync", .op = J_SYNC, .buf = v,
+                     .len = CHUNK, .off = x };
+  job_start (&j);
+  TS_WAIT (rb_atomic_load (&j.done) ||
+           (ts_gate_held (g) && waiters (&f.rb->sync_cond) > 0),
+           "the sync to return, or to wait for the held in-place write");
+  if (rb_atomic_load (&j.done) && j.r == 0 && !j.durable)
+    g_error ("journal: sync answered OK before the backing store held "
+             "the data");
+  ts_gate_open (g);
+  job_join (&j);
+  g_assert_cmpint (j.r, ==, 0);
+  g_assert_true (j.durable);
+  fx_finish_journal (&f, jpath, "sync with a journal");
 }
 
 /* --- a zero run collected, then written over ------------------------ */
@@ -1504,6 +1559,8 @@ main (int argc, char *argv[])
                    test_sector_zero_then_write);
   g_test_add_func ("/interleave/journal-sync-answered",
                    test_journal_sync_answered);
+  g_test_add_func ("/interleave/journal-sync-in-place",
+                   test_journal_sync_in_place);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);

@@ -962,6 +962,11 @@ rb_sync (struct rb *rb, int timeout_ms)
 {
   uint64_t deadline = rb_deadline_ms (timeout_ms), t;
 
+  /* With a journal, a ticket is answered once the journal holds the
+   * data (a FLUSH's promise); a sync promises the backing store.
+   */
+  if (rb->jops)
+    return rb->jops->wait_applied (rb, deadline, "sync");
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (!rb->flusher_running) {
     rb_set_error (rb->stopping ? ESHUTDOWN : EINVAL,

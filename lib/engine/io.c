@@ -454,7 +454,7 @@ journal_write (struct rb *rb, const struct req *r)
     fast_write (rb, r);
   rb->jops->write_end (rb, reserved);
   if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
-    ret = rb->jops->wait_applied (rb);
+    ret = rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
   else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
     ret = rb->jops->sync (rb);
   return ret;

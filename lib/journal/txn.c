@@ -623,33 +623,39 @@ txn_request_commit (struct rb *rb)
 }
 
 static int
-txn_wait_applied (struct rb *rb)
+txn_wait_applied (struct rb *rb, uint64_t deadline, const char *what)
 {
   struct rb_txns *t = rb->txns;
   uint64_t ticket;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (!rb->flusher_running) {
-    rb_set_error (ESHUTDOWN, "the journal's committer is not running");
+    rb_set_error (rb->stopping ? ESHUTDOWN : EINVAL,
+                  "%s: the journal's committer is not running", what);
     return -1;
   }
   ticket = ++rb->sync_requested;
   hurry_locked (rb);
   while (t->applied_target < ticket && rb->sync_failed < ticket &&
-         t->apply_failed < ticket)
-    rb_cond_wait (&rb->sync_cond, &rb->lock);
+         t->apply_failed < ticket) {
+    if (!rb_cond_wait_until (&rb->sync_cond, &rb->lock, deadline)) {
+      rb_set_error (ETIMEDOUT, "%s: not in place on the backing store "
+                    "yet (write back continues)", what);
+      return -1;
+    }
+  }
   if (t->applied_target >= ticket)
     return 0;
   if (rb->sync_failed >= ticket) {
-    rb_set_error (rb->sync_errno ? rb->sync_errno : EIO, "writethrough: the "
-                  "transaction holding this write could not be committed "
-                  "(the data is kept in RAM and will be retried)");
+    rb_set_error (rb->sync_errno ? rb->sync_errno : EIO, "%s: the "
+                  "transaction holding the data could not be committed "
+                  "(the data is kept in RAM and will be retried)", what);
     return -1;
   }
-  rb_set_error (t->apply_errno ? t->apply_errno : EIO, "writethrough: the "
-                "backing store failed to take the transaction holding this "
-                "write (it is committed in the journal and is written in "
-                "place when the store is back)");
+  rb_set_error (t->apply_errno ? t->apply_errno : EIO, "%s: the backing "
+                "store failed to take the transaction holding the data (it "
+                "is committed in the journal and is written in place when "
+                "the store is back)", what);
   return -1;
 }
 
