@@ -140,7 +140,7 @@ test_sectors (void)
     uint64_t per = UINT64_C (1) << shift;
 
     g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
-    g_assert_cmpint (chunkmap_init_sectors (&cm, shift), ==, 0);
+    g_assert_cmpint (chunkmap_init_sectors (&cm, shift, NULL, false), ==, 0);
     chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
     /* Nothing set yet. */
     for (s = 0; s < 100 * per; s += 64)
@@ -193,12 +193,29 @@ test_sectors (void)
   chunkmap_move (&cm, 33, 2, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   chunkmap_free (&cm);
   g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
-  g_assert_cmpint (chunkmap_init_sectors (&cm, 4), ==, 0);
+  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false), ==, 0);
   g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 2 * 16);
   for (s = 0; s < 100 * 16; s++)
     g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
                       s >= 33 * 16 && s < 35 * 16 ? 1 : 0);
   chunkmap_free (&cm);
+
+  /* Resume with the bits kept (a format 3 RAM image): they stay as they
+   * were, and a dirty chunk without any gets all of its own.
+   */
+  {
+    uint64_t sect[100 * 16 / 64] = { 0 };
+
+    g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
+    sect[33 * 16 / 64] |= UINT64_C (1) << (33 * 16 % 64 + 3);
+    g_assert_cmpint (chunkmap_init_sectors (&cm, 4, sect, true), ==, 0);
+    g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 1 + 16);
+    for (s = 0; s < 100 * 16; s++)
+      g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
+                        s == 33 * 16 + 3 || (s >= 34 * 16 && s < 35 * 16)
+                        ? 1 : 0);
+    chunkmap_free (&cm);
+  }
 }
 
 static void

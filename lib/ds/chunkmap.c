@@ -126,7 +126,8 @@ chunkmap_free (struct chunkmap *cm)
 {
   if (!cm->words_external)
     rb_free (cm->words);
-  rb_free (cm->sect);
+  if (!cm->sect_external)
+    rb_free (cm->sect);
   sumbits_free (&cm->dirty_hint);
   sumbits_free (&cm->empty_hint);
   memset (cm, 0, sizeof *cm);
@@ -193,6 +194,22 @@ chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s, unsigned n)
     >> lo;
 }
 
+/* Has chunk c any sector bit set? */
+static bool
+chunk_has_bits (const struct chunkmap *cm, uint64_t c)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  while (s < end) {
+    unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
+    if (chunkmap_peek_bits (cm, s, n))
+      return true;
+    s += n;
+  }
+  return false;
+}
+
 /* All the sector bits of chunk c. */
 static void
 mark_chunk (struct chunkmap *cm, uint64_t c)
@@ -202,22 +219,38 @@ mark_chunk (struct chunkmap *cm, uint64_t c)
 }
 
 int
-chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift)
+chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
+                       uint64_t *words, bool existing)
 {
   uint64_t nbits = cm->nchunks << per_chunk_shift, w;
+  uint64_t nsw = (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
 
-  cm->sect = rb_calloc ((nbits + 63) / 64 ? (nbits + 63) / 64 : 1,
-                        sizeof (uint64_t));
-  if (cm->sect == NULL) {
-    rb_set_errno (ENOMEM);
-    return -1;
+  if (words) {
+    cm->sect = words;
+    cm->sect_external = true;
+    if (!existing)
+      memset (words, 0, nsw * sizeof (uint64_t));
+  }
+  else {
+    cm->sect = rb_calloc (nsw, sizeof (uint64_t));
+    if (cm->sect == NULL) {
+      rb_set_errno (ENOMEM);
+      return -1;
+    }
+    existing = false;
   }
   cm->sect_per_chunk_shift = per_chunk_shift;
+  cm->sect_set = 0;
+  if (existing)
+    for (w = 0; w < nsw; w++)
+      cm->sect_set += (uint64_t) rb_popcount64 (cm->sect[w]);
   /* A word at a time (the tail is parked CLEAN, never dirty). */
   for (w = 0; w < cm->nwords; w++) {
     uint64_t d = fields_in (cm->words[w], CS_ANY_DIRTY);
     while (d) {
-      mark_chunk (cm, w * PER_WORD + rb_ctz64 (d) / 2);
+      uint64_t c = w * PER_WORD + rb_ctz64 (d) / 2;
+      if (!existing || !chunk_has_bits (cm, c))
+        mark_chunk (cm, c);
       d &= d - 1;
     }
   }

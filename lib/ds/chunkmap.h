@@ -92,6 +92,7 @@ struct chunkmap {
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
   bool words_external;           /* words belong to the caller */
   uint64_t *sect;                /* sector bits, NULL: none (see above) */
+  bool sect_external;            /* sect belongs to the caller */
   uint64_t sect_set;             /* sector bits set (atomic) */
   unsigned sect_per_chunk_shift; /* log2 (sectors per chunk) */
 };
@@ -110,11 +111,16 @@ extern int chunkmap_init_at (struct chunkmap *cm, uint64_t nchunks,
                              uint64_t *words, bool existing);
 extern void chunkmap_free (struct chunkmap *cm);
 
-/* Add the sector bits, 2^per_chunk_shift per chunk, with every sector
- * of the chunks dirty now set (a resumed map: nothing finer is known).
+/* Add the sector bits, 2^per_chunk_shift per chunk: in 'words' (the
+ * caller's, e.g. a RAM image file's), or allocated if words is NULL.
+ * existing: words hold the bits from before (a resumed image), kept as
+ * they are, with every sector set of a dirty chunk that has none.
+ * Otherwise every sector of the chunks dirty now is set (a resumed map
+ * without its bits: nothing finer is known).
  */
 extern int chunkmap_init_sectors (struct chunkmap *cm,
-                                  unsigned per_chunk_shift);
+                                  unsigned per_chunk_shift,
+                                  uint64_t *words, bool existing);
 
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);

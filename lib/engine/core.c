@@ -111,6 +111,8 @@ rb_open (const struct rb_config *config)
     struct ramimage_params rp = {
       .size = rb->size,
       .chunk_size = rb->chunk_size,
+      .sect_shift = rb->chunk_shift - RB_MIN (rb->chunk_shift,
+                                              RB_SECTOR_SHIFT),
       .path = rb->cfg.ram,
       .overcommit = rb->cfg.allow_overcommit,
       .back_uri = rb->cfg.store.uri,
@@ -133,19 +135,21 @@ rb_open (const struct rb_config *config)
     goto fail;
   }
   rb->nb = rb->ram.nb_words;
-  if (rb->ram.source != RAMIMAGE_POPULATED) {
-    rbi_resume_map (rb);
-    rbi_check_populated (rb);
-  }
   /* Sector bits: write-back (or a journal's transactions) of what was
-   * written, not whole chunks.
+   * written, not whole chunks; with a ram= file they live in it too.
+   * Before the resume: what it makes dirty gets all its bits.
    */
   rb->sector_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
-  if (chunkmap_init_sectors (&rb->map,
-                             rb->chunk_shift - rb->sector_shift) == -1) {
+  if (chunkmap_init_sectors (&rb->map, rb->chunk_shift - rb->sector_shift,
+                             rb->ram.sect_words,
+                             rb->ram.source != RAMIMAGE_POPULATED) == -1) {
     rb_set_error (errno, "cannot allocate the sector map for %" PRIu64
                   " chunks", rb->nchunks);
     goto fail;
+  }
+  if (rb->ram.source != RAMIMAGE_POPULATED) {
+    rbi_resume_map (rb);
+    rbi_check_populated (rb);
   }
   ramimage_in_use (&rb->ram);
   if (rb->txns && rbi_txn_check_fit (rb) == -1)

@@ -42,6 +42,8 @@ _Static_assert (offsetof (struct ramimage_header, back_uri) == 144,
                 "the RAM image header layout is part of the file format");
 _Static_assert (offsetof (struct ramimage_header, header_crc) == 1240,
                 "the RAM image header layout is part of the file format");
+_Static_assert (offsetof (struct ramimage_header, sect_offset) == 1248,
+                "the RAM image header layout is part of the file format");
 _Static_assert (sizeof (struct ramimage_header) <= RAMIMAGE_HEADER_SIZE,
                 "the RAM image header fits its block");
 _Static_assert (sizeof RAMIMAGE_MAGIC == 17, "16 bytes of magic");
@@ -320,14 +322,16 @@ log_takeover (const char *path, const struct ramimage_header *old,
 /* ---- The ram= file: layout, reservation, header. ---- */
 
 struct layout {
-  uint64_t map_offset, map_size, nb_offset, nb_size;
+  uint32_t version;             /* of the file it describes */
+  uint64_t map_offset, map_size, nb_offset, nb_size, sect_offset, sect_size;
   bool hugetlbfs, tmpfs;
   uint64_t free_bytes;
 };
 
+/* The layout of an image of format 'version' (2 or 3) for this start. */
 static int
 plan_layout (struct ramimage *ri, const struct ramimage_params *p,
-             struct layout *l)
+             uint32_t version, struct layout *l)
 {
   uint64_t ps = page_size (), nchunks, chunk = p->chunk_size;
   struct statfs fs;
@@ -349,7 +353,11 @@ plan_layout (struct ramimage *ri, const struct ramimage_params *p,
   l->map_size = round_up ((nchunks + 31) / 32 * 8, 4096);
   l->nb_offset = l->map_offset + l->map_size;
   l->nb_size = round_up ((nchunks + 63) / 64 * 8, 4096);
-  ri->image_offset = round_up (l->nb_offset + l->nb_size, ri->block);
+  l->version = version;
+  l->sect_offset = l->nb_offset + l->nb_size;
+  l->sect_size = version >= 3
+    ? round_up (((nchunks << p->sect_shift) + 63) / 64 * 8, 4096) : 0;
+  ri->image_offset = round_up (l->sect_offset + l->sect_size, ri->block);
   ri->mapped = round_up (p->size ? p->size : 1, ri->block);
   ri->file_size = ri->image_offset + ri->mapped;
   return 0;
@@ -443,22 +451,36 @@ is_zero (const uint8_t *p, size_t n)
   return true;
 }
 
-/* CRC-32 (IEEE) of the header up to back_mtime_sec, state taken as 0. */
 static uint32_t
-header_crc (const struct ramimage_header *h)
+crc_bytes (uint32_t crc, const uint8_t *b, size_t n)
 {
-  struct ramimage_header c = *h;
-  const uint8_t *b = (const uint8_t *) &c;
-  uint32_t crc = 0xffffffff;
-  size_t i, n = offsetof (struct ramimage_header, back_mtime_sec);
+  size_t i;
   int k;
 
-  c.state = 0;
   for (i = 0; i < n; i++) {
     crc ^= b[i];
     for (k = 0; k < 8; k++)
       crc = (crc >> 1) ^ (0xedb88320 & -(crc & 1));
   }
+  return crc;
+}
+
+/* CRC-32 (IEEE) of the header up to back_mtime_sec, state taken as 0,
+ * and from format 3 on of sect_offset and sect_size.
+ */
+static uint32_t
+header_crc (const struct ramimage_header *h)
+{
+  struct ramimage_header c = *h;
+  const uint8_t *b = (const uint8_t *) &c;
+  uint32_t crc;
+
+  c.state = 0;
+  crc = crc_bytes (0xffffffff, b,
+                   offsetof (struct ramimage_header, back_mtime_sec));
+  if (le32toh (c.version) >= 3)
+    crc = crc_bytes (crc, b + offsetof (struct ramimage_header, sect_offset),
+                     2 * sizeof (uint64_t));
   return ~crc;
 }
 
@@ -482,6 +504,8 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   h.map_size = htole64 (l->map_size);
   h.nb_offset = htole64 (l->nb_offset);
   h.nb_size = htole64 (l->nb_size);
+  h.sect_offset = htole64 (l->sect_offset);
+  h.sect_size = htole64 (l->sect_size);
   h.block_size = htole64 (ri->block);
   fill_uuid (h.uuid);
   h.generation = htole64 (generation);
@@ -496,9 +520,10 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   memcpy (&h.map_order, &order, 8);
   h.header_crc = htole32 (header_crc (&h));
   /* A taken over file keeps its first block: clear the old header's
-   * tail, the map and the NB bitmap (all chunks EMPTY, nothing NB).
+   * tail, the map, the NB bitmap and the sector bits (all chunks EMPTY,
+   * nothing NB, no sector dirty).
    */
-  memset (ri->file_map, 0, l->nb_offset + l->nb_size);
+  memset (ri->file_map, 0, l->sect_offset + l->sect_size);
   memcpy (ri->file_map, &h, sizeof h);
 }
 
@@ -535,7 +560,7 @@ discard_file (struct ramimage *ri, bool keep)
     munmap (ri->file_map, ri->file_size);
   ri->file_map = NULL;
   ri->base = NULL;
-  ri->map_words = ri->nb_words = NULL;
+  ri->map_words = ri->nb_words = ri->sect_words = NULL;
   if (ri->owned && !keep && !(ri->created && remove_file (ri)) &&
       ftruncate (ri->fd, ri->block ? ri->block : RAMIMAGE_HEADER_SIZE) == -1)
     rb_log ("ram=%s: ftruncate: %s (ignored)", ri->path,
@@ -614,6 +639,8 @@ layout_matches (const struct ramimage_header *h, const struct ramimage *ri,
       le64toh (h->map_size) != l->map_size ||
       le64toh (h->nb_offset) != l->nb_offset ||
       le64toh (h->nb_size) != l->nb_size ||
+      (l->version >= 3 && (le64toh (h->sect_offset) != l->sect_offset ||
+                           le64toh (h->sect_size) != l->sect_size)) ||
       le64toh (h->image_offset) != ri->image_offset ||
       le64toh (h->image_size) != ri->mapped ||
       le64toh (h->block_size) != ri->block) {
@@ -641,7 +668,7 @@ layout_matches (const struct ramimage_header *h, const struct ramimage *ri,
  */
 static enum decision
 decide (struct ramimage *ri, const struct ramimage_params *p,
-        const struct layout *l, const struct ramimage_header *h,
+        struct layout *l, const struct ramimage_header *h,
         uint64_t file_size, char *why, size_t why_len)
 {
   const char *path = p->path;
@@ -663,7 +690,7 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
               "can be resumed");
     return TAKE_OVER;
   }
-  if (version != RAMIMAGE_VERSION) {
+  if (version != 2 && version != RAMIMAGE_VERSION) {
     rb_set_error (EPROTO, "ram=%s is a RAM image of format %" PRIu32
                   ", which this ramback (format %d) does not know: it "
                   "was made by another version of ramback, which may "
@@ -709,6 +736,9 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
                   le32toh (h->chunk_size), DISCARD_HINT, lost);
     return REFUSE;
   }
+  /* A format 2 image is resumed in its own layout (no sector bits). */
+  if (version != l->version && plan_layout (ri, p, version, l) == -1)
+    return REFUSE;
   if (!layout_matches (h, ri, l, file_size, bad, sizeof bad)) {
     rb_set_error (EINVAL, "ram=%s: cannot resume this RAM image: %s; %s%s",
                   path, bad, DISCARD_HINT, lost);
@@ -823,7 +853,7 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
   }
   ri->owned = true;
 
-  if (plan_layout (ri, p, &l) == -1)
+  if (plan_layout (ri, p, RAMIMAGE_VERSION, &l) == -1)
     goto fail;
   if (!ri->created) {
     if (fstat (fd, &st) == -1) {
@@ -892,6 +922,8 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
   ri->base = ri->file_map + ri->image_offset;
   ri->map_words = (uint64_t *) (ri->file_map + l.map_offset);
   ri->nb_words = (uint64_t *) (ri->file_map + l.nb_offset);
+  ri->sect_words = l.sect_size
+    ? (uint64_t *) (ri->file_map + l.sect_offset) : NULL;
   if (d == TAKE_OVER) {
     ri->source = RAMIMAGE_POPULATED;
     write_header (ri, p, &l, generation);

@@ -24,12 +24,15 @@
  * (posix_fallocate), so that a page fault can never find the file
  * system full (that raises SIGBUS).
  *
- * Resume (format 2).  The chunk state map (chunkmap.h: its 2-bit words,
- * not its hints or counters, which are rebuilt) and the NB bitmap ("not
- * durable": 1 bit per chunk, set while the chunk may differ from what
- * the backing store durably holds although its state is CLEAN) live in
- * the file, so they survive the process.  A start on an existing image
- * of format 2 resumes it when it matches (resume=auto): the same boot
+ * Resume (formats 2 and 3).  The chunk state map (chunkmap.h: its 2-bit
+ * words, not its hints or counters, which are rebuilt), the NB bitmap
+ * ("not durable": 1 bit per chunk, set while the chunk may differ from
+ * what the backing store durably holds although its state is CLEAN)
+ * and, from format 3 on, the sector bits (chunkmap.h: which sectors of
+ * a DIRTY chunk differ from the store) live in the file, so they
+ * survive the process: a resumed image writes back (or puts in the
+ * journal) what was written, not whole chunks.  A start on an existing
+ * image of format 2 or 3 resumes it when it matches (resume=auto): the same boot
  * (boot_id), device size, chunk size, backing store path or URI and
  * identity (kind, st_dev/st_ino or st_rdev), and after a clean stop, a
  * backing file whose mtime and ctime are still what they were after the
@@ -45,9 +48,12 @@
  * start resumes and writes it back).  A different boot (the image
  * survived a reboot on a disk file system, never synced) is taken over,
  * like a format 1 image (no state map) and one stopped in CREATING.
+ * A format 2 image is resumed in its own layout, with every sector of
+ * its dirty chunks taken as written; a new or taken over image is
+ * format 3.
  *
- * File layout (format 2; integers little-endian, the map and NB words
- * in the host's byte order, checked with map_order):
+ * File layout (format 3; integers little-endian, the map, NB and sector
+ * words in the host's byte order, checked with map_order):
  *
  *   0              struct ramimage_header, zero-padded to
  *                  RAMIMAGE_HEADER_SIZE
@@ -55,6 +61,9 @@
  *                  64-bit word, rounded up to 4 KiB
  *   nb_offset      nb_size bytes: the NB bitmap, 64 chunks per 64-bit
  *                  word, rounded up to 4 KiB
+ *   sect_offset    sect_size bytes: the sector bits, 64 sectors per
+ *                  64-bit word, rounded up to 4 KiB (format 3; format 2
+ *                  has none and the image follows the NB bitmap)
  *   image_offset   the image, image_size bytes (the device size rounded
  *                  up to block_size); image_offset is a multiple of
  *                  block_size
@@ -66,8 +75,9 @@
  * dirty data may be in the image, and the map says which), CLEAN_STOP
  * after a clean stop (everything was on the backing store and synced,
  * whose mtime and ctime are recorded).  header_crc covers the header up
- * to back_mtime_sec with state taken as 0: state and the times change
- * with a single aligned store each, the rest only before serving.
+ * to back_mtime_sec with state taken as 0, and in format 3 also
+ * sect_offset and sect_size: state and the times change with a single
+ * aligned store each, the rest only before serving.
  */
 
 #ifndef RAMBACK_RAMIMAGE_H
@@ -77,7 +87,7 @@
 #include "store.h"
 
 #define RAMIMAGE_MAGIC "RAMBACK-IMAGE\0\0\0"      /* 16 bytes */
-#define RAMIMAGE_VERSION 2
+#define RAMIMAGE_VERSION 3
 #define RAMIMAGE_MAP_ORDER UINT64_C (0x0102030405060708)
 #define RAMIMAGE_HEADER_SIZE 4096
 
@@ -120,7 +130,10 @@ struct ramimage_header {        /* offsets are part of the format */
   uint64_t back_ctime_nsec;     /* 1232 */
   uint32_t header_crc;          /* 1240 CRC-32 of [0, 1208), state as 0 */
   uint32_t reserved1;           /* 1244 zero */
-};                              /* 1248 bytes */
+  /* Format 3. */
+  uint64_t sect_offset;         /* 1248 */
+  uint64_t sect_size;           /* 1256 */
+};                              /* 1264 bytes */
 
 /* resume= */
 enum ramimage_resume {
@@ -156,6 +169,8 @@ struct ramimage {
   /* Resume (format 2 file). */
   uint64_t *map_words;    /* the chunk state map in the file, or NULL */
   uint64_t *nb_words;     /* the NB bitmap in the file, or NULL */
+  uint64_t *sect_words;   /* the sector bits in the file, or NULL
+                             (anonymous memory, a format 2 image) */
   enum ramimage_source source;
   bool rewrite_all;       /* resume=force overrode a failed identity
                              check: write back every loaded chunk */
@@ -167,6 +182,8 @@ struct ramimage {
 struct ramimage_params {
   uint64_t size;              /* device size */
   uint32_t chunk_size;
+  unsigned sect_shift;        /* log2 (sectors per chunk), for the
+                                 sector bits' room in the file */
   const char *path;           /* ram=, or NULL for anonymous memory */
   bool overcommit;            /* allow more than RAM / free space, do
                                  not reserve the ram= file */
@@ -181,8 +198,9 @@ struct ramimage_params {
  * above), an image that does not match (unless resume= says otherwise)
  * and, unless overcommit is set, a device that the file system cannot
  * hold.  ri->source says whether the image was resumed; if it was,
- * map_words and nb_words hold the map and NB bitmap from before, else
- * they are zero (ram= file) or NULL (anonymous memory).
+ * map_words, nb_words and sect_words hold the map, NB bitmap and sector
+ * bits from before (sect_words NULL for a format 2 image), else they
+ * are zero (ram= file) or NULL (anonymous memory).
  */
 extern int ramimage_open (struct ramimage *ri,
                           const struct ramimage_params *p);

@@ -46,7 +46,9 @@
  * At start (rbi_resume_map), for a resumed map: EMPTY chunks lose their
  * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
  * cut short by the crash may have left old bytes under a ZERO state);
- * CLEAN chunks with NB become DIRTY.  The flusher then writes back every
+ * CLEAN chunks with NB become DIRTY, every sector of them (the sector
+ * bits of the other dirty chunks come from the file, format 3, or are
+ * all set, format 2).  The flusher then writes back every
  * DIRTY and ZERO chunk, as always, while I/O is served from the start.
  * A clean stop (rbi_nb_clear_all) clears NB: everything is synced.
  */
@@ -234,8 +236,7 @@ rbi_resume_map (struct rb *rb)
   uint64_t w, nwords = rb->map.nwords, to_write, c;
 
   if (rb->ram.rewrite_all)
-    chunkmap_move (&rb->map, 0, rb->nchunks, CS_BIT (CS_CLEAN), CS_DIRTY,
-                   NULL);
+    chunkmap_dirty_whole (&rb->map, 0, rb->nchunks, CS_BIT (CS_CLEAN));
   for (w = 0; w < nwords; w++) {
     uint64_t word = rb->map.words[w];
     uint32_t nb = rb->nb[w / 2] >> (w % 2 * 32);
@@ -252,7 +253,7 @@ rbi_resume_map (struct rb *rb)
         break;
       case CS_CLEAN:
         if (nb_test (rb, c))
-          chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+          chunkmap_dirty_whole (&rb->map, c, 1, CS_BIT (CS_CLEAN));
         break;
       case CS_ZERO: {
         uint64_t off = rbi_chunk_offset (rb, c);
