@@ -33,18 +33,23 @@
  *                      capabilities, workers), refuse what cannot work
  *                      (fsync=wait on a plugin that cannot flush), then
  *                      rb_open (RAM, chunk map) and rb_start (populate,
- *                      flush) and the control server.  An error here
- *                      makes nbdkit exit non-zero; in the foreground (-f,
- *                      systemd) that is the exit status, in the background
- *                      nbdkit has already detached and the message is in
- *                      its log
+ *                      flush) and the control server, and takes the
+ *                      stop signals (stop.c): the first one writes
+ *                      everything back while nbdkit still serves, and
+ *                      only then shuts nbdkit down, since filters below
+ *                      that sleep refuse all I/O once it shuts down.  An
+ *                      error here makes nbdkit exit non-zero; in the
+ *                      foreground (-f, systemd) that is the exit status,
+ *                      in the background nbdkit has already detached and
+ *                      the message is in its log
  *   .open              no context into the plugin per client: clients
  *                      are served from RAM, through the one image;
  *                      .open and .close count them for the status line
  *   .cleanup           nbdkit 1.32 calls it after the last client is gone
  *                      and before the plugin's .cleanup and any .unload:
  *                      the clean stop drains and syncs through the
- *                      store's contexts, then closes them
+ *                      store's contexts (what the stop signal's drain
+ *                      left, normally nothing), then closes them
  *
  * Capabilities to clients are those of the plugin form (RAM does every
  * operation, FUA and flush per fsync=), except can_write, which follows
@@ -72,6 +77,7 @@
 #include "control-server.h"
 #include "store-next.h"
 #include "claim.h"
+#include "stop.h"
 
 static int thread_model = NBDKIT_THREAD_MODEL_PARALLEL;
 static bool read_only;
@@ -235,7 +241,9 @@ ramback_filter_after_fork (nbdkit_backend *backend)
   cfg.store_override = s;     /* rb_open owns it from here, even on error */
   if (ramback_glue_open (&cfg, "the plugin below the filter") == -1)
     goto fail;
-  return ramback_glue_start ();
+  if (ramback_glue_start () == -1)
+    return -1;
+  return stop_intercept_start (ramback_rb);
 
  fail:
   control_server_stop ();     /* unlink the socket bound in .get_ready */
@@ -245,6 +253,7 @@ ramback_filter_after_fork (nbdkit_backend *backend)
 static void
 ramback_filter_cleanup (nbdkit_backend *backend)
 {
+  stop_intercept_end ();
   ramback_glue_cleanup ();
 }
 

@@ -48,6 +48,7 @@ filter_tests = \
 	test-filter-ssh.sh \
 	test-filter-resume.sh \
 	test-filter-claim.sh \
+	test-filter-stop.sh \
 	$(NULL)
 TESTS += $(filter_tests)
 EXTRA_DIST += $(filter_tests) \

@@ -635,6 +635,18 @@ rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
     rb_atomic_store (&rb->store_failing, false);
 
   fs->wakeable = false;
+  /* At a stop, a store that refuses because the server itself is
+   * shutting down (an nbdkit filter below that sleeps, once nbdkit's
+   * quit flag is set) never takes the data: say so and give up, rather
+   * than retry for ever (a ram= image keeps it for the next start).
+   */
+  if (err == ESHUTDOWN && rb->stopping) {
+    rb_warn ("clean stop: %" PRIu64 " dirty chunks cannot be written "
+             "back: the backing store refuses all I/O because the server "
+             "is shutting down (%s); giving up", chunkmap_dirty (&rb->map),
+             rb_strerror (err));
+    return RB_STEP_DONE;
+  }
   if (err) {
     /* The store is failing: back off before the next sweep. */
     uint64_t delay = fs->backoff * 1000000;
