@@ -46,9 +46,11 @@
  * At start (rbi_resume_map), for a resumed map: EMPTY chunks lose their
  * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
  * cut short by the crash may have left old bytes under a ZERO state);
- * CLEAN chunks with NB become DIRTY, every sector of them (the sector
- * bits of the other dirty chunks come from the file, format 3, or are
- * all set, format 2).  The flusher then writes back every
+ * CLEAN chunks with NB become DIRTY, every sector of them, and so do
+ * the sector bits of DIRTY chunks with NB (a writethrough write into a
+ * dirty chunk changes RAM and the store without setting bits); those of
+ * the other dirty chunks come from the file (format 3), or are all set
+ * (format 2).  The flusher then writes back every
  * DIRTY and ZERO chunk, as always, while I/O is served from the start.
  * A clean stop (rbi_nb_clear_all) clears NB: everything is synced.
  */
@@ -261,6 +263,12 @@ rbi_resume_map (struct rb *rb)
         break;
       }
       case CS_DIRTY:
+        /* NB: RAM may differ beyond the sector bits (a writethrough
+         * write into a dirty chunk sets no bits): all of it.
+         */
+        if (nb_test (rb, c))
+          chunkmap_mark (&rb->map, c << rb->map.sect_per_chunk_shift,
+                         UINT64_C (1) << rb->map.sect_per_chunk_shift);
         break;
       }
     }
