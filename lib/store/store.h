@@ -93,6 +93,15 @@ struct rb_store_ops {
    */
   size_t (*take_suspects) (struct rb_store *s, struct rb_store_range *out,
                            size_t max, bool *pending);
+
+  /* Optional.  A stop has begun: the reads queued or in flight are no
+   * longer needed (a stop waits for the data it must write back, never
+   * for a read).  The store fails them soon: queued ones at once, one
+   * in flight that the server does not answer by giving up its
+   * connection (writes there follow the lost-connection rules).  Reads
+   * made after the call fail at once.
+   */
+  void (*abandon_reads) (struct rb_store *s);
 };
 
 /* What a local backing store is (store-file.c sets it; all zero for a
