@@ -27,6 +27,10 @@
  *     the chunk may stay CLEAN in the map.
  *   - The flusher sets NB on a run's chunks before it moves them
  *     DIRTY -> CLEAN.
+ *   - A zero marks its whole chunks ZERO before it changes RAM, and the
+ *     flusher may store and sync its zeroes in between: while any zero
+ *     is between its first state change and its last (zeros_changing),
+ *     NB is not retired at all.
  *   - NB is retired (rbi_nb_retire) only after a successful sync, for
  *     the chunks of the extents that sync covered, and only for a chunk
  *     that is CLEAN now, has no store write in flight, and is in no
@@ -205,6 +209,12 @@ rbi_nb_retire (struct rb *rb, const struct rb_extents *synced)
       if (newer == NULL && rb->unsynced.len > 0)
         nnewer = SIZE_MAX;      /* no memory: retire nothing */
     }
+    /* A zero between its ZERO mark and its change of RAM: the store may
+     * hold its zeroes while RAM still holds the old data (lock-free,
+     * no range to wait for): retire nothing now, a later sync will.
+     */
+    if (rb_atomic_load (&rb->zeros_changing) > 0)
+      nnewer = SIZE_MAX;
     for (j = 0; j < k && nnewer != SIZE_MAX; j++) {
       uint64_t c = spans[i + j].first, end = spans[i + j].end;
       size_t x = span_after (newer, nnewer, c);
