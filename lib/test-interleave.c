@@ -1356,6 +1356,43 @@ test_zero_nb_window (void)
   unlink (ram);
 }
 
+/* A long sweep under flush-rate= syncs on the way, not only at its end:
+ * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
+ * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
+ * FLUSH must reach the store while chunks are still dirty.
+ */
+static void
+test_sweep_syncs (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .flush_rate = 512 * 1024,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match mf = { .ops = TS_FLUSH };
+  struct fx f;
+  size_t before;
+  int i;
+
+  f.r = g_rand_new_with_seed (113);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  f.rb = rb_open (&c);
+  if (f.rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  before = ts_count (f.ts, &mf);
+  for (i = 0; i < 4; i++) {
+    g_autofree uint8_t *b = fx_random (&f, SIZE / 4);
+    fx_write (&f, b, SIZE / 4, (uint64_t) i * (SIZE / 4), 0);
+  }
+  ts_wait_count (f.ts, &mf, before + 1, "a FLUSH during the sweep");
+  if (chunkmap_dirty (&f.rb->map) == 0)
+    g_error ("a sweep under flush-rate= synced only at its end");
+  fx_finish (&f, "a long sweep that syncs on the way");
+}
+
 static void
 test_zero_vs_write_before_ram (void)
 {
@@ -1626,6 +1663,7 @@ main (int argc, char *argv[])
                    test_journal_sync_in_place);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
+  g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);
   return g_test_run ();
