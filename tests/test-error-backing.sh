@@ -28,7 +28,7 @@ source "$top_srcdir/tests/core-functions.sh"
 size=$(( 8 * 1024 * 1024 + 12345 ))
 
 cat > "$TMP/fail.py" <<'EOF'
-import os, random, sys
+import os, random, sys, time
 import nbd
 import model as M
 
@@ -72,7 +72,14 @@ def body ():
     writes (h, m, rng, 20, span=7 * M.MiB)
     M.expect_sync_fails (ctl, 3000, ("EIO", "ETIMEDOUT"),
                          "control sync succeeded while the store fails")
+    # A sync that timed out (a slow plugin, a loaded machine) may come
+    # before the first failure: wait for it, a state, not a time.
+    deadline = time.monotonic () + 120
     st = ctl.status ()
+    while (st["store_errors"] + st["sync_errors"] <= errors0 and
+           time.monotonic () < deadline):
+        time.sleep (0.1)
+        st = ctl.status ()
     M.log ("failing: store_errors=%d sync_errors=%d last_errno=%r last_error=%r "
            "store_state=%s dirty_bytes=%d inflight_bytes=%d unsynced_bytes=%d"
            % (st["store_errors"], st["sync_errors"], st["last_errno"],

@@ -51,6 +51,8 @@ EOF
 
 start_rb a -- back="$back"
 write_and_check "$a_uri" "$back" 1 "$TMP/model.img"
+# Everything written back first: protect checks the file does not change.
+ctl "$a_ctl" sync 120000 >/dev/null || fail "sync before the refused starts"
 protect "$back"
 expect_fail "same back= twice"       "$inuse.*pid $a_pid" back="$back"
 expect_fail "same back= via symlink" "$inuse.*pid $a_pid" back="$TMP/symlink.img"
@@ -64,6 +66,7 @@ echo "ok: the first ramback kept serving; backing == model"
 # store; the lock must stay with the child.
 rm -f "$TMP/bg.sock" "$TMP/bg.pid"
 run_nbdkit -v -U "$TMP/bg.sock" -P "$TMP/bg.pid" "$PLUGIN" back="$back" \
+    control="$TMP/bg.ctl" \
     >"$TMP/bg.log" 2>&1 || fail "background nbdkit did not start"
 for (( i=0; i<600; i++ )); do
     [ -S "$TMP/bg.sock" ] && [ -s "$TMP/bg.pid" ] && break
@@ -73,6 +76,7 @@ bg_pid=$(cat "$TMP/bg.pid")
 eval "_log_of_$bg_pid=\$TMP/bg.log"
 cleanup_fn _kill_if_running "$bg_pid"
 write_and_check "nbd+unix:///?socket=$TMP/bg.sock" "$back" 2 "$TMP/model.img"
+ctl "$TMP/bg.ctl" sync 120000 >/dev/null || fail "sync before the refused start"
 protect "$back"
 expect_fail "back= of a background ramback" "$inuse.*pid $bg_pid" back="$back"
 protect_clear
