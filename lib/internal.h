@@ -96,6 +96,9 @@ struct rb_populator_state {
 struct rb {
   struct rb_config cfg;         /* strings owned (strdup'd) */
   struct rb_store *store;
+  bool undo_create;             /* a failed start may give back what
+                                   opening the store made (rb_abandon):
+                                   nothing but rb_open wrote to it */
   struct ramimage ram;
   struct chunkmap map;
   struct rangelock rl;

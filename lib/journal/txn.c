@@ -382,21 +382,24 @@ rbi_txn_open (struct rb *rb)
   if (!rb_store_is_nbd_uri (rb->cfg.journal)) {
     struct stat st;
     if (stat (rb->cfg.journal, &st) == -1 && errno == ENOENT) {
-      rb_set_error (ENOENT, "journal=%s does not exist: create it first "
-                    "(e.g. truncate -s 256M %s; at least 1 MiB, and more "
-                    "than is written between two commits)",
+      rb_set_error (ENOENT, "journal=%s does not exist: create it first, "
+                    "written in full (e.g. " RBJ_CREATE_ADVICE "; at least "
+                    "1 MiB, and more than is written between two commits)",
                     rb->cfg.journal, rb->cfg.journal);
       return -1;
     }
   }
   sp = rb->cfg.store;
   sp.uri = rb->cfg.journal;
+  sp.param = "journal";
   sp.create_size = 0;
   sp.read_only = false;
   t->jstore = rb_store_open (&sp);
   if (t->jstore == NULL) {
-    rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
-                  rb_get_error ());
+    /* A file's messages name journal= already (sp.param). */
+    if (rb_store_is_nbd_uri (rb->cfg.journal))
+      rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
+                    rb_get_error ());
     return -1;
   }
   t->j = rbj_open (t->jstore, rb->cfg.journal, rb->store, &t->replay);

@@ -93,6 +93,12 @@ struct rb_store_ops {
    */
   size_t (*take_suspects) (struct rb_store *s, struct rb_store_range *out,
                            size_t max, bool *pending);
+
+  /* Optional.  A start that failed gives back what open made: a file
+   * it created is removed, an empty one it grew to size= is emptied
+   * again; nothing else is touched.  Called before close.
+   */
+  void (*undo_create) (struct rb_store *s);
 };
 
 /* What a local backing store is (store-file.c sets it; all zero for a
