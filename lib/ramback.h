@@ -230,7 +230,10 @@ struct rb_stats {
   uint64_t chunks;
   uint64_t loaded_chunks;     /* chunks present in RAM */
   uint64_t loaded_bytes;      /* bytes read from the backing store */
-  uint64_t stored_bytes;      /* bytes written to the backing store */
+  uint64_t stored_bytes;      /* bytes of data written to the backing
+                                 store (WRITE requests) */
+  uint64_t zeroed_bytes;      /* bytes zeroed or punched there (zero
+                                 requests, for client zeroes and trims) */
   uint64_t written_bytes;     /* bytes of client writes (WRITE requests
                                  that succeeded; not zero or trim) */
   uint64_t dirty_chunks;      /* includes dirty-zero chunks */

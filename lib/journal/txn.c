@@ -1371,7 +1371,7 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
 }
 
 static int
-apply (struct rb *rb, struct txn *list, uint64_t *bytes)
+apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
 {
   CLEANUP_FREE struct rb_io *io = NULL;
   size_t k = plan (rb, list, &io), i;
@@ -1397,8 +1397,11 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes)
       errno = err;
       return -1;
     }
-    for (e = i; e < i + n; e++)
+    for (e = i; e < i + n; e++) {
       *bytes += io[e].count;
+      if (io[e].op == RB_IO_ZERO)
+        *zeroed += io[e].count;
+    }
   }
   if (rb->store->ops->flush (rb->store) == -1) {
     int err = errno ? errno : EIO;
@@ -1420,6 +1423,7 @@ apply_list (struct rb *rb, struct txn *list)
 {
   struct rb_txns *t = rb->txns;
   uint64_t backoff = BACKOFF_MIN_MS, bytes = 0, t0 = rb_now_ns (), target = 0;
+  uint64_t zeroed = 0;          /* of bytes, zero requests */
   struct txn *x, *next;
 
   /* An old in-place write with an unknown outcome (a lost NBD
@@ -1433,13 +1437,13 @@ apply_list (struct rb *rb, struct txn *list)
     uint64_t until;
     int err = 0;
 
-    if (apply (rb, list, &bytes) == -1)
+    if (apply (rb, list, &bytes, &zeroed) == -1)
       err = errno ? errno : EIO;
     else if (!rbj_settle (rb->store))
       break;
     until = rb_now_ns () + backoff * UINT64_C (1000000);
     backoff = rbi_backoff_next_ms (backoff);
-    bytes = 0;
+    bytes = zeroed = 0;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (err && target > t->apply_failed) {
       /* Writethrough writers waiting for these fail now; the list is
@@ -1463,7 +1467,8 @@ apply_list (struct rb *rb, struct txn *list)
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
     rbi_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
-    rb_atomic_add (&rb->stored_bytes, bytes);
+    rb_atomic_add (&rb->stored_bytes, bytes - zeroed);
+    rb_atomic_add (&rb->zeroed_bytes, zeroed);
   }
   for (x = list; x; x = next) {
     next = x->next;
