@@ -95,6 +95,7 @@ drainer_main (void *arg)
     return NULL;                /* stop_intercept_end: no signal came */
   ramback_info ("stop requested (signal %d): writing back before nbdkit "
                 "shuts down; a second signal stops at once", sig);
+  ramback_notify_draining ();
   if (rb_set_mode (stop_rb, RB_MODE_WRITETHROUGH) == -1)
     nbdkit_error ("stop: %s", rb_get_error ());
   for (;;) {

@@ -104,6 +104,9 @@ struct rb {
   struct rangelock rl;
   uint64_t *nb;                 /* the NB bitmap in a ram= file (resume.c),
                                    NULL: nothing survives us, no NB */
+  uint64_t zeros_changing;      /* [atomic] with nb: zeros between their
+                                   first chunk state change and their
+                                   last; NB is not retired meanwhile */
   uint64_t resumed_chunks;      /* chunks taken from a resumed image */
   uint64_t resumed_to_write;    /* of them, to write back at start */
   struct rb_txns *txns;         /* journal=: write back in transactions

@@ -1293,6 +1293,106 @@ zero_vs_write_before_ram (uint32_t chunk, guint32 seed)
   fx_finish (&f, "a zero whose RAM change lands after a write");
 }
 
+/* With a ram= image (resume): Z zeroes chunk X whole, which holds data
+ * D on the store: X is marked ZERO and Z is held before RAM changes.
+ * The flusher writes X back (a zero request) and a sync covers it: RAM
+ * still holds D, the store zeroes.  A crash now must not leave X CLEAN
+ * without its NB bit: a resume would serve D from RAM and never write it
+ * back, while the store holds zeroes.  The resume invariant (resume.c)
+ * is checked at this point, as a kill -9 would find it.
+ */
+static void
+test_zero_nb_window (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .store.tls_verify_peer = -1 };
+  g_autofree char *ram = g_strdup_printf ("/dev/shm/ramback-interleave-%d",
+                                          (int) getpid ());
+  g_autofree uint8_t *d = NULL, *store = g_malloc (CHUNK);
+  uint64_t x = 12 * CHUNK, cx = x / CHUNK;
+  struct fx f;
+  struct job z;
+  bool nb;
+
+  if (access ("/dev/shm", W_OK) != 0) {
+    g_test_skip ("no /dev/shm for a ram= image");
+    return;
+  }
+  unlink (ram);
+  f.r = g_rand_new_with_seed (109);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  c.ram = ram;
+  f.rb = rb_open (&c);
+  if (f.rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  d = fx_random (&f, CHUNK);
+  fx_write (&f, d, CHUNK, x, 0);
+  ts_sync_until_ok (f.rb);              /* D stored, X clean, NB gone */
+
+  rb_atomic_store (&zero_held, false);
+  rb_atomic_store (&zero_go, false);
+  z = (struct job) { .f = &f, .tag = "zeroer", .op = J_ZERO,
+                     .len = CHUNK, .off = x, .hold_before = true };
+  job_start (&z);
+  TS_WAIT (rb_atomic_load (&zero_held), "the zero to mark its chunk");
+  ts_sync_until_ok (f.rb);              /* X's zero stored and synced */
+  ts_read_durable (f.ts, store, CHUNK, x);
+  nb = (rb_atomic_load (&f.rb->nb[cx / 64]) >> (cx % 64)) & 1;
+  if (chunkmap_get (&f.rb->map, cx) == CS_CLEAN && !nb &&
+      memcmp (f.rb->ram.base + x, store, CHUNK) != 0)
+    g_error ("zero with ram=: chunk %" PRIu64 " is CLEAN without its NB bit "
+             "while RAM differs from the store: a crash now resumes data "
+             "the store does not have", cx);
+  rb_atomic_store (&zero_go, true);
+  job_join (&z);
+  g_assert_cmpint (z.r, ==, 0);
+  memset (f.model + x, 0, CHUNK);
+  fx_finish (&f, "a zero held before RAM with ram=");
+  unlink (ram);
+}
+
+/* A long sweep under flush-rate= syncs on the way, not only at its end:
+ * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
+ * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
+ * FLUSH must reach the store while chunks are still dirty.
+ */
+static void
+test_sweep_syncs (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .flush_rate = 512 * 1024,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match mf = { .ops = TS_FLUSH };
+  struct fx f;
+  size_t before;
+  int i;
+
+  f.r = g_rand_new_with_seed (113);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  f.rb = rb_open (&c);
+  if (f.rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  before = ts_count (f.ts, &mf);
+  for (i = 0; i < 4; i++) {
+    g_autofree uint8_t *b = fx_random (&f, SIZE / 4);
+    fx_write (&f, b, SIZE / 4, (uint64_t) i * (SIZE / 4), 0);
+  }
+  ts_wait_count (f.ts, &mf, before + 1, "a FLUSH during the sweep");
+  if (chunkmap_dirty (&f.rb->map) == 0)
+    g_error ("a sweep under flush-rate= synced only at its end");
+  fx_finish (&f, "a long sweep that syncs on the way");
+}
+
 static void
 test_zero_vs_write_before_ram (void)
 {
@@ -1562,6 +1662,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/journal-sync-in-place",
                    test_journal_sync_in_place);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
+  g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
+  g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);
   return g_test_run ();

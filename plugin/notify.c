@@ -19,7 +19,8 @@
  * READY=1 once serving, STOPPING=1 at the clean stop, and a STATUS=
  * line for "systemctl status" refreshed every second by the monitor
  * thread: populating 45 %, dirty bytes and the time to drain them,
- * draining N left.  Without NOTIFY_SOCKET sd_notify() does nothing.
+ * draining N left.  Without NOTIFY_SOCKET sd_notify() does nothing, and
+ * an idle monitor (populated, the store healthy) looks once a minute.
  *
  * The status line also counts the NBD clients connected: nbdkit 1.32
  * does not act on SIGTERM while a client that sent requests stays, so
@@ -38,6 +39,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -60,6 +62,7 @@ static uint64_t stop_stored;    /* stored + zeroed bytes when the drain
 static uint64_t stop_dirty;     /* dirty_bytes then */
 static double stop_t0;          /* and when, monotonic seconds */
 static int clients;             /* NBD clients connected (atomic) */
+static bool notify_socket;      /* started by systemd (NOTIFY_SOCKET) */
 
 void
 ramback_info (const char *fmt, ...)
@@ -184,7 +187,13 @@ monitor_thread (void *arg)
 
     pthread_mutex_lock (&lock);
     clock_gettime (CLOCK_REALTIME, &until);
-    until.tv_sec += 1;
+    /* Every second while there is something to follow: systemd's
+     * status line, populate, a failing store, a drain.  Otherwise a
+     * minute: an idle server must not wake up for nothing.
+     */
+    until.tv_sec += notify_socket || !st.populated || drain ||
+      st.store_state != RB_STORE_OK || st.store_errors > errors_seen
+      ? 1 : 60;
     while (!quit &&
            pthread_cond_timedwait (&cond, &lock, &until) == 0)
       ;
@@ -225,6 +234,7 @@ ramback_notify_start (struct rb *rb, const char *what)
                 st.fsync_wait ? "wait" : "ignore", jn, from);
 
   mon_rb = rb;
+  notify_socket = getenv ("NOTIFY_SOCKET") != NULL;
   if (pthread_create (&monitor, NULL, monitor_thread, rb) == 0)
     running = true;
   else
@@ -242,6 +252,10 @@ ramback_notify_draining (void)
     return;
   rb_get_stats (mon_rb, &st);
   pthread_mutex_lock (&lock);
+  if (draining) {               /* the filter's stop signal began it */
+    pthread_mutex_unlock (&lock);
+    return;
+  }
   draining = true;
   stop_stored = st.stored_bytes + st.zeroed_bytes;
   stop_dirty = st.dirty_bytes + st.inflight_bytes;

@@ -19,6 +19,7 @@ remote_tests = \
 	test-sync-error.sh \
 	test-ups-drain.sh \
 	test-remote-stall.sh \
+	test-remote-stop-read.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 

@@ -219,6 +219,9 @@ rb_shutdown (struct rb *rb)
     rb_cond_broadcast (&rb->space_cond);
     rb_cond_broadcast (&rb->populated_cond);
   }
+  /* A stop waits for what it must write back, never for a read. */
+  if (rb->store && rb->store->ops->abandon_reads)
+    rb->store->ops->abandon_reads (rb->store);
   rbi_populator_stop (rb);
   {
     int r = rb->store ? rbi_flusher_stop (rb) : 0;

@@ -4,7 +4,8 @@
  * The flusher works in sweeps: from chunk 0 upwards it collects runs of
  * dirty chunks (found through the chunk map's hints, so a sweep costs
  * O(dirty), not O(device)), writes each batch as large requests in
- * ascending order, and at the end of the sweep syncs the store.  Every
+ * ascending order, and at the end of the sweep syncs the store (a long
+ * sweep also every SWEEP_SYNC_NS on the way).  Every
  * sweep covers the sync tickets issued before it began: rb_sync() takes
  * a ticket and waits for the sweep that covers it.  One sweep and its
  * sync are one call of rbi_flush_step(), which returns the delay before
@@ -452,6 +453,12 @@ struct sweep_stats {
  */
 #define BOUND_MIN_NS (UINT64_C (250) * 1000000)
 
+/* A sweep that takes longer (a flush-rate= cap, a slow store) syncs the
+ * store on the way at this interval, so that what it wrote back is
+ * durable within about that long, not only at the end of the sweep.
+ */
+#define SWEEP_SYNC_NS (UINT64_C (1000) * 1000000)
+
 /* One sweep over the whole device.  Returns 0 or the errno of the first
  * failure.
  */
@@ -459,7 +466,7 @@ static int
 sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
 {
   struct rb_run *runs = fs->runs;
-  uint64_t cursor = 0, backoff = BACKOFF_MIN_MS;
+  uint64_t cursor = 0, backoff = BACKOFF_MIN_MS, synced = rb_now_ns ();
   int err = 0;
   size_t k;
 
@@ -482,6 +489,16 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
     else
       backoff = BACKOFF_MIN_MS;
     cursor = RB_MIN (cursor, fs->rewind);
+    if (rb_now_ns () - synced >= SWEEP_SYNC_NS) {
+      uint64_t gen;
+      {
+        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+        gen = rb->fail_gen;
+      }
+      if (rbi_sync_store (rb, gen) == -1 && err == 0)
+        err = errno;
+      synced = rb_now_ns ();
+    }
     /* A batch after an idle spell goes out at page cache speed; under
      * a flush-rate= cap the sustained bandwidth is the cap, so never
      * count it as faster.

@@ -236,6 +236,8 @@ mark_dirty (struct rb *rb, const struct req *r, uint64_t premoved)
 {
   if (move_dirty (rb, r, CS_BIT (CS_EMPTY)) + premoved)
     kick (rb, r);
+  if (rb->nb && r->op == OP_ZERO)
+    rb_atomic_sub (&rb->zeros_changing, 1);
 }
 
 /* Before a zero changes RAM: the loaded chunks it covers fully become
@@ -260,6 +262,12 @@ zero_full_chunks (struct rb *rb, const struct req *r)
 static uint64_t
 premark_dirty (struct rb *rb, const struct req *r)
 {
+  /* With resume, a zero's whole chunks are ZERO before RAM changes: the
+   * flusher may store and sync the zeroes while RAM still holds the old
+   * data, and a crash then must find NB set (resume.c, rbi_nb_retire).
+   */
+  if (rb->nb && r->op == OP_ZERO)
+    rb_atomic_add (&rb->zeros_changing, 1);
   return zero_full_chunks (rb, r) + (rb->nb ? move_dirty (rb, r, 0) : 0);
 }
 

@@ -27,6 +27,10 @@
  *     the chunk may stay CLEAN in the map.
  *   - The flusher sets NB on a run's chunks before it moves them
  *     DIRTY -> CLEAN.
+ *   - A zero marks its whole chunks ZERO before it changes RAM, and the
+ *     flusher may store and sync its zeroes in between: while any zero
+ *     is between its first state change and its last (zeros_changing),
+ *     NB is not retired at all.
  *   - NB is retired (rbi_nb_retire) only after a successful sync, for
  *     the chunks of the extents that sync covered, and only for a chunk
  *     that is CLEAN now, has no store write in flight, and is in no
@@ -46,9 +50,11 @@
  * At start (rbi_resume_map), for a resumed map: EMPTY chunks lose their
  * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
  * cut short by the crash may have left old bytes under a ZERO state);
- * CLEAN chunks with NB become DIRTY, every sector of them (the sector
- * bits of the other dirty chunks come from the file, format 3, or are
- * all set, format 2).  The flusher then writes back every
+ * CLEAN chunks with NB become DIRTY, every sector of them, and so do
+ * the sector bits of DIRTY chunks with NB (a writethrough write into a
+ * dirty chunk changes RAM and the store without setting bits); those of
+ * the other dirty chunks come from the file (format 3), or are all set
+ * (format 2).  The flusher then writes back every
  * DIRTY and ZERO chunk, as always, while I/O is served from the start.
  * A clean stop (rbi_nb_clear_all) clears NB: everything is synced.
  */
@@ -203,6 +209,12 @@ rbi_nb_retire (struct rb *rb, const struct rb_extents *synced)
       if (newer == NULL && rb->unsynced.len > 0)
         nnewer = SIZE_MAX;      /* no memory: retire nothing */
     }
+    /* A zero between its ZERO mark and its change of RAM: the store may
+     * hold its zeroes while RAM still holds the old data (lock-free,
+     * no range to wait for): retire nothing now, a later sync will.
+     */
+    if (rb_atomic_load (&rb->zeros_changing) > 0)
+      nnewer = SIZE_MAX;
     for (j = 0; j < k && nnewer != SIZE_MAX; j++) {
       uint64_t c = spans[i + j].first, end = spans[i + j].end;
       size_t x = span_after (newer, nnewer, c);
@@ -261,6 +273,12 @@ rbi_resume_map (struct rb *rb)
         break;
       }
       case CS_DIRTY:
+        /* NB: RAM may differ beyond the sector bits (a writethrough
+         * write into a dirty chunk sets no bits): all of it.
+         */
+        if (nb_test (rb, c))
+          chunkmap_mark (&rb->map, c << rb->map.sect_per_chunk_shift,
+                         UINT64_C (1) << rb->map.sect_per_chunk_shift);
         break;
       }
     }

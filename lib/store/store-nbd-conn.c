@@ -179,6 +179,19 @@ wait_wake (struct conn *c, int timeout_ms)
   }
 }
 
+/* Has c a read in flight? */
+static bool
+read_in_flight (struct conn *c)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->st->lock);
+  struct piece *p;
+
+  for (p = c->if_head; p; p = p->inext)
+    if (p->op == P_READ)
+      return true;
+  return false;
+}
+
 static void *
 conn_thread (void *vp)
 {
@@ -187,7 +200,7 @@ conn_thread (void *vp)
 
   for (;;) {
     struct piece *list, *p, *next;
-    bool attempt = false;
+    bool attempt = false, abandon;
     int timeout_ms = -1;
     uint64_t epoch;
 
@@ -232,6 +245,7 @@ conn_thread (void *vp)
         break;
       list = nbdstore_dequeue (c, true);
       epoch = c->epoch;
+      abandon = st->abandon_reads;
     }
     for (p = list; p; p = next) {
       next = p->next;
@@ -243,8 +257,21 @@ conn_thread (void *vp)
         nbdstore_finalize (p, "the connection it was to flush was lost before "
                   "it was sent");
       }
+      else if (p->op == P_READ && abandon) {
+        p->err = ECANCELED;
+        nbdstore_finalize (p, "the store is stopping: the read is no longer "
+                           "needed");
+      }
       else
         nbdstore_issue (c, p);
+    }
+    /* A stop does not wait for a read in flight (the server may never
+     * answer it): give the connection up, as request-timeout= does.
+     */
+    if (abandon && read_in_flight (c)) {
+      nbdstore_conn_lost (c, "the store is stopping and a read in flight "
+                          "is no longer needed", true);
+      continue;
     }
     if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd)) {
       nbdstore_conn_lost (c, nbd_get_error () ? nbd_get_error ()

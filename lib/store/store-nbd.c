@@ -354,6 +354,20 @@ disconnect_one (struct nbd_handle *h)
 }
 
 static void
+nbd_store_abandon_reads (struct rb_store *s)
+{
+  struct nbd_store *st = s->handle;
+  int i;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+    st->abandon_reads = true;
+  }
+  for (i = 0; i < st->nconns; i++)
+    nbdstore_wake (&st->conns[i]);
+}
+
+static void
 nbd_store_close (struct rb_store *s)
 {
   struct nbd_store *st;
@@ -592,5 +606,6 @@ static const struct rb_store_ops nbd_ops = {
   .next_data = nbd_store_next_data,
   .status = nbd_store_status,
   .take_suspects = nbd_store_take_suspects,
+  .abandon_reads = nbd_store_abandon_reads,
   .close = nbd_store_close,
 };

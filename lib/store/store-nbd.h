@@ -193,6 +193,7 @@ struct nbd_store {
   bool threads_started;
   pid_t threads_pid;
   bool quit;
+  bool abandon_reads;         /* a stop: reads are no longer needed */
   bool failing;               /* the last piece failed with a server error */
   /* Connections lost with acknowledged but unflushed writes, and how
    * many of those losses a flush() has reported by returning EIO.  A

@@ -99,6 +99,15 @@ struct rb_store_ops {
    * again; nothing else is touched.  Called before close.
    */
   void (*undo_create) (struct rb_store *s);
+
+  /* Optional.  A stop has begun: the reads queued or in flight are no
+   * longer needed (a stop waits for the data it must write back, never
+   * for a read).  The store fails them soon: queued ones at once, one
+   * in flight that the server does not answer by giving up its
+   * connection (writes there follow the lost-connection rules).  Reads
+   * made after the call fail at once.
+   */
+  void (*abandon_reads) (struct rb_store *s);
 };
 
 /* What a local backing store is (store-file.c sets it; all zero for a
