@@ -416,8 +416,9 @@ open_fd (struct file_store *f, const struct rb_store_params *p)
   if (f->fd == -1) {
     if (errno == ENOENT && parent_missing (p->uri, dir, sizeof dir))
       rb_set_error (ENOENT, "%s: the directory %s does not exist (create "
-                    "it first, or give a path in one that exists)",
-                    f->label, dir);
+                    "it first, or give a path in one that exists%s)",
+                    f->label, dir, p->param == NULL && p->create_size == 0
+                    ? "; then size=SIZE creates the backing store" : "");
     else if (errno == ENOENT && p->param == NULL)
       rb_set_error (ENOENT, "%s: the backing store does not exist "
                     "(give size=SIZE to create it)", f->label);
