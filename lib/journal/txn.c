@@ -1374,6 +1374,7 @@ static int
 apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
 {
   CLEANUP_FREE struct rb_io *io = NULL;
+  int r;
   size_t k = plan (rb, list, &io), i;
 
   if (k == SIZE_MAX) {
@@ -1403,7 +1404,16 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
         *zeroed += io[e].count;
     }
   }
-  if (rb->store->ops->flush (rb->store) == -1) {
+  /* Under the core's sync_lock, as every sync of the backing store: a
+   * store that reports a loss (a lost NBD connection with unflushed
+   * writes) to one flush only must report it to a sync that acts on it.
+   * (The applier holds no range lock here: sync_lock first is the
+   * core's order.)
+   */
+  rb_mutex_lock (&rb->sync_lock);
+  r = rb->store->ops->flush (rb->store);
+  rb_mutex_unlock (&rb->sync_lock);
+  if (r == -1) {
     int err = errno ? errno : EIO;
     rb_atomic_add (&rb->sync_errors, 1);
     rb_atomic_store (&rb->store_failing, true);
