@@ -98,6 +98,18 @@ connect_error (const char *path, int e, GError **err)
   }
 }
 
+/* The greeting of an NBD server (newstyle and oldstyle alike). */
+#define NBD_MAGIC "NBDMAGIC"
+#define NBD_GREETING_WAIT_MS 50
+
+static void
+nbd_greeting_error (const char *path, GError **err)
+{
+  g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_CONNECT,
+               "%s: this is an NBD socket (nbdkit -U); give the control= "
+               "socket", path);
+}
+
 struct ctl *
 ctl_connect (const char *path, GError **err)
 {
@@ -131,6 +143,25 @@ ctl_connect (const char *path, GError **err)
     close (fd);
     connect_error (path, e, err);
     return NULL;
+  }
+
+  /* An NBD server speaks first ("NBDMAGIC"), the control socket never
+   * (but for a refusal, ERR EBUSY): wait a moment for a greeting, so
+   * that an NBD socket is named before we send it a line it would
+   * take for the handshake's flags.  A slower one is caught on the
+   * reply (nbd_greeting_error).
+   */
+  {
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    char magic[8];
+
+    if (poll (&pfd, 1, NBD_GREETING_WAIT_MS) == 1 &&
+        recv (fd, magic, sizeof magic, MSG_PEEK | MSG_WAITALL) ==
+        sizeof magic && memcmp (magic, NBD_MAGIC, sizeof magic) == 0) {
+      close (fd);
+      nbd_greeting_error (path, err);
+      return NULL;
+    }
   }
 
   c = g_new0 (struct ctl, 1);
@@ -389,6 +420,10 @@ ctl_wait_reply (struct ctl *c, int timeout_ms,
       if (n == 0) {
         lost_error (c, c->in->len ? "closed in the middle of a line"
                                   : "closed", err);
+        goto fail;
+      }
+      if (c->in->len == 0 && n >= 8 && memcmp (buf, NBD_MAGIC, 8) == 0) {
+        nbd_greeting_error (c->path, err);
         goto fail;
       }
       /* Checked before lines are split: a NUL would cut a line short. */

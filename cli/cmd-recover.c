@@ -9,6 +9,7 @@
 #include <glib.h>
 
 #include "cli.h"
+#include "error.h"
 #include "journal.h"
 #include "ramback.h"
 #include "result.h"
@@ -17,13 +18,24 @@
  * backing store, as a start of the plugin does (lib/journal/journal.c), without
  * nbdkit, so the backing store can be used elsewhere.
  */
+/* The core's messages: warnings only (its progress is for nbdkit -v). */
+static void
+log_warnings (enum rb_log_level level, const char *msg)
+{
+  if (level == RB_LOG_WARN)
+    fprintf (stderr, "ramback: %s\n", msg);
+}
+
 gboolean
 cmd_recover (char **args, GError **err)
 {
-  struct rb_store_params back = { .uri = args[0], .tls_verify_peer = -1 };
+  /* Named as given (BACK, JOURNAL), not as plugin parameters. */
+  struct rb_store_params back = { .uri = args[0], .param = "",
+                                  .tls_verify_peer = -1 };
   struct rb_store_params journal = back;
   struct rbj_replay rp;
 
+  rb_set_log (log_warnings);
   journal.uri = args[1];
   if (rbj_recover (&back, &journal, &rp) == -1) {
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_REQUEST, "recover: %s",
@@ -40,12 +52,8 @@ cmd_recover (char **args, GError **err)
     result_u64 (o, "first_seq", rp.first_seq);
     result_u64 (o, "last_seq", rp.last_seq);
     result_bool (o, "torn_tail", rp.torn);
-    result_bool (o, "formatted", rp.formatted);
     result_print (o);
   }
-  else if (rp.formatted)
-    printf ("%s was not a journal yet: formatted it, nothing to replay\n",
-            args[1]);
   else {
     printf ("replayed %" PRIu64 " transactions (%" PRIu64 " bytes) onto %s"
             "; the journal is empty now\n", rp.txns, rp.bytes, args[0]);

@@ -36,14 +36,14 @@ struct wait_state {
   enum wait_kind kind;
   struct ctl *poll;           /* second connection, NULL: no progress */
   uint64_t pending0;          /* sync: bytes to write back at the start */
-  uint64_t stored0;           /* sync: stored_bytes at the start */
+  uint64_t stored0;           /* sync: status_written_back at the start */
   bool drawn;
 };
 
 static double
 sync_fraction (const struct wait_state *w, const struct json_object *st)
 {
-  uint64_t stored = status_u64 (st, "stored_bytes");
+  uint64_t stored = status_written_back (st);
   uint64_t done = stored > w->stored0 ? stored - w->stored0 : 0;
 
   return w->pending0 ? MIN (1.0, (double) done / w->pending0) : 1.0;
@@ -56,7 +56,7 @@ wait_draw (struct wait_state *w, const struct json_object *st, bool final)
   double frac;
 
   if (w->kind == WAIT_SYNC) {
-    uint64_t stored = status_u64 (st, "stored_bytes");
+    uint64_t stored = status_written_back (st);
     uint64_t done = stored > w->stored0 ? stored - w->stored0 : 0;
     uint64_t bw = status_u64 (st, "flush_bandwidth");
 
@@ -137,7 +137,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
   gboolean ok;
 
   w.pending0 = status_pending_bytes (st0);
-  w.stored0 = status_u64 (st0, "stored_bytes");
+  w.stored0 = status_written_back (st0);
   if (cli_show_progress ()) {
     w.poll = ctl_connect (ctl_path (c), &perr);
     g_clear_error (&perr);

@@ -77,6 +77,12 @@ status_str (const struct json_object *st, const char *name)
 }
 
 uint64_t
+status_written_back (const struct json_object *st)
+{
+  return status_u64 (st, "stored_bytes") + status_u64 (st, "zeroed_bytes");
+}
+
+uint64_t
 status_pending_bytes (const struct json_object *st)
 {
   return status_u64 (st, "dirty_bytes") + status_u64 (st, "inflight_bytes");
@@ -297,8 +303,13 @@ status_format_human (GString *out, const struct json_object *st,
     bar_line (out, "", peak ? 1 - (double) pending / peak : 1, view);
   }
 
+  /* Data, and apart from it what was zeroed or punched (zeroes and
+   * trims): the amplification below is of data only.
+   */
   KEY ("written back");
   format_size (out, status_u64 (st, "stored_bytes"));
+  g_string_append (out, ", zeroed ");
+  format_size (out, status_u64 (st, "zeroed_bytes"));
   g_string_append_printf (out, ", %" PRIu64 " sync%s\n",
                           status_u64 (st, "syncs"),
                           status_u64 (st, "syncs") == 1 ? "" : "s");
@@ -411,9 +422,11 @@ static const struct metric {
   { "loaded_bytes", "ramback_loaded_bytes_total", "counter",
     "Bytes read from the backing store." },
   { "stored_bytes", "ramback_stored_bytes_total", "counter",
-    "Bytes written back to the backing store." },
+    "Bytes of data written back to the backing store (zeroes apart)." },
   { "written_bytes", "ramback_written_bytes_total", "counter",
     "Bytes of client writes (write amplification: stored / written)." },
+  { "zeroed_bytes", "ramback_zeroed_bytes_total", "counter",
+    "Bytes zeroed or punched on the backing store (zeroes and trims)." },
   { "dirty_chunks", "ramback_dirty_chunks", "gauge",
     "Chunks waiting to be written back." },
   { "dirty_bytes", "ramback_dirty_bytes", "gauge",

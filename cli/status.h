@@ -24,6 +24,11 @@ extern bool status_bool (const struct json_object *st, const char *name);
 extern const char *status_str (const struct json_object *st,
                                const char *name);
 
+/* stored_bytes + zeroed_bytes: everything written back, data and zero
+ * requests (what a drain of the pending bytes makes grow).
+ */
+extern uint64_t status_written_back (const struct json_object *st);
+
 /* dirty_bytes + inflight_bytes: what is not yet on the backing store. */
 extern uint64_t status_pending_bytes (const struct json_object *st);
 

@@ -83,6 +83,11 @@ run_rb 2 mode writethrough "$TMP/stale.ctl"
 expect_err "nobody is listening"
 run_rb 2 sync "$TMP/$(printf 'x%.0s' {1..120}).ctl"
 expect_err "too long"
+# The NBD socket instead of the control socket: named as such.
+run_rb 2 status "$rb_sock"
+expect_err_text "$rb_sock: this is an NBD socket (nbdkit -U); give the control= socket"
+run_rb 2 mode writethrough "$rb_sock"
+expect_err_text "this is an NBD socket"
 
 # 3: permission denied.  The plugin makes its socket 0600; root ignores
 # that, so as root the command runs as nobody.

@@ -65,6 +65,18 @@ for t in COMMBAD COMMOK REPLBATT NOCOMM; do
     NOTIFYTYPE=$t hook 0 "$HOOK" "UPS dummy@localhost: $t"
     expect_mode "$a_ctl" writethrough
 done
+# An unknown event name (a typo in upssched.conf, by hand) or none at
+# all is an error, logged at daemon.err, and changes nothing.
+for args in onbat "onbatt-typo" ""; do
+    hook 1 "$HOOK" $args
+    expect_mode "$a_ctl" writethrough
+    logged daemon.err "unknown event '$args'|no event: give one" ||
+        fail "ramback-ups-hook '$args': not logged at daemon.err"
+    grep -Eq "unknown event '$args'|no event" "$TMP/hook.err" ||
+        fail "ramback-ups-hook '$args': no message"
+done
+NOTIFYTYPE=ONLINE hook 1 "$HOOK" onlnie
+expect_mode "$a_ctl" writethrough
 
 # Power flapping.  Once the battery was low, a shutdown is under way:
 # back on line must not switch to writeback (new dirty data the
@@ -121,11 +133,11 @@ exec "$RAMBACK" "\$@"
 EOF
 chmod +x "$TMP/gated-ramback"
 step ONBATT writethrough
-( RAMBACK="$TMP/gated-ramback" NOTIFYTYPE=ONLINE "$HOOK" on-line \
+( RAMBACK="$TMP/gated-ramback" NOTIFYTYPE=ONLINE "$HOOK" "UPS on line power" \
       > "$TMP/online.err" 2>&1
   echo $? > "$TMP/online.rc" ) &
 wait_for "the on line run at the gate" test -e "$TMP/gate.reached"
-( NOTIFYTYPE=LOWBATT "$HOOK" low-battery > "$TMP/lowbatt.err" 2>&1
+( NOTIFYTYPE=LOWBATT "$HOOK" "UPS battery is low" > "$TMP/lowbatt.err" 2>&1
   echo $? > "$TMP/lowbatt.rc" ) &
 # The low battery run is done, or waiting for the on line run to finish.
 lock_waiter () {

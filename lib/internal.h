@@ -96,6 +96,9 @@ struct rb_populator_state {
 struct rb {
   struct rb_config cfg;         /* strings owned (strdup'd) */
   struct rb_store *store;
+  bool undo_create;             /* a failed start may give back what
+                                   opening the store made (rb_abandon):
+                                   nothing but rb_open wrote to it */
   struct ramimage ram;
   struct chunkmap map;
   struct rangelock rl;
@@ -186,6 +189,8 @@ struct rb {
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
   uint64_t demand_loaded_bytes; /* of loaded_bytes, by rbi_load_chunks */
   uint64_t written_bytes;       /* client WRITE bytes that succeeded */
+  uint64_t zeroed_bytes;        /* zeroed or punched on the store (ZERO
+                                   requests; stored_bytes is data only) */
   uint64_t written_through;     /* client writes written through */
   uint64_t store_errors, sync_errors, syncs, throttled;
   struct rb_bw flush_bw, populate_bw;

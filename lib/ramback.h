@@ -36,6 +36,9 @@ struct rb_store;
 /* Parameters a store may need when it is opened. */
 struct rb_store_params {
   const char *uri;            /* path or nbd[s][+unix]:// URI */
+  const char *param;          /* how messages name it: NULL "back=URI",
+                                 "journal" "journal=URI", "" the bare
+                                 URI (a command's argument) */
   uint64_t create_size;       /* create a missing file of this size; 0: don't */
   bool read_only;
   /* File and block device only (store-file.c): O_DIRECT I/O. */
@@ -166,6 +169,13 @@ extern int rb_start (struct rb *rb);
  */
 extern int rb_close (struct rb *rb);
 
+/* A start that failed after rb_open (the host's own setup, before
+ * rb_start): rb_close, and remove the backing file rb_open created for
+ * size= (or empty again the empty one it grew), unless a journal's
+ * transactions were replayed onto it.  Nothing else is removed.
+ */
+extern void rb_abandon (struct rb *rb);
+
 /* rb_close() in two steps, for a host that must keep serving status
  * while the final drain runs: rb_shutdown() does everything but free
  * (idempotent; later I/O and rb_sync() fail with ESHUTDOWN), then
@@ -220,7 +230,10 @@ struct rb_stats {
   uint64_t chunks;
   uint64_t loaded_chunks;     /* chunks present in RAM */
   uint64_t loaded_bytes;      /* bytes read from the backing store */
-  uint64_t stored_bytes;      /* bytes written to the backing store */
+  uint64_t stored_bytes;      /* bytes of data written to the backing
+                                 store (WRITE requests) */
+  uint64_t zeroed_bytes;      /* bytes zeroed or punched there (zero
+                                 requests, for client zeroes and trims) */
   uint64_t written_bytes;     /* bytes of client writes (WRITE requests
                                  that succeeded; not zero or trim) */
   uint64_t dirty_chunks;      /* includes dirty-zero chunks */

@@ -33,6 +33,7 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->loaded_bytes = rb_atomic_load (&rb->loaded_bytes);
   st->stored_bytes = rb_atomic_load (&rb->stored_bytes);
   st->written_bytes = rb_atomic_load (&rb->written_bytes);
+  st->zeroed_bytes = rb_atomic_load (&rb->zeroed_bytes);
   st->dirty_chunks = chunkmap_dirty (&rb->map);
   st->dirty_bytes = st->dirty_chunks * rb->chunk_size;
   st->inflight_chunks = rb_atomic_load (&rb->inflight_chunks);
@@ -146,6 +147,7 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "loaded_bytes", K_U64, .u = st->loaded_bytes },
     { "stored_bytes", K_U64, .u = st->stored_bytes },
     { "written_bytes", K_U64, .u = st->written_bytes },
+    { "zeroed_bytes", K_U64, .u = st->zeroed_bytes },
     { "dirty_chunks", K_U64, .u = st->dirty_chunks },
     { "dirty_bytes", K_U64, .u = st->dirty_bytes },
     { "inflight_chunks", K_U64, .u = st->inflight_chunks },

@@ -117,7 +117,7 @@ test_json (void)
   static const char *fields[] = {
     "mode", "fsync", "trace", "populated", "progress", "size", "chunk_size",
     "chunks", "loaded_chunks", "loaded_bytes", "stored_bytes",
-    "written_bytes", "dirty_chunks", "dirty_bytes", "inflight_chunks",
+    "written_bytes", "zeroed_bytes", "dirty_chunks", "dirty_bytes", "inflight_chunks",
     "inflight_bytes", "unsynced_bytes", "dirty_max", "dirty_max_config",
     "ups_window",
     "flush_bandwidth", "populate_bandwidth", "drain_seconds", "flush_rate",

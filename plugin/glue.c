@@ -79,8 +79,12 @@ int
 ramback_glue_bind (void)
 {
   if (ramback_control_path &&
-      control_server_bind (ramback_control_path) == -1)
+      control_server_bind (ramback_control_path) == -1) {
+    /* The start failed: give back what rb_open made. */
+    rb_abandon (ramback_rb);
+    ramback_rb = NULL;
     return -1;
+  }
   return 0;
 }
 

@@ -57,7 +57,8 @@ static bool draining;           /* the clean stop's drain is running */
 static bool running;            /* the monitor thread was started */
 static pthread_t monitor;
 static struct rb *mon_rb;
-static uint64_t stop_stored;    /* stored_bytes when the drain began */
+static uint64_t stop_stored;    /* stored + zeroed bytes when the drain
+                                   began */
 static uint64_t stop_dirty;     /* dirty_bytes then */
 static double stop_t0;          /* and when, monotonic seconds */
 static int clients;             /* NBD clients connected (atomic) */
@@ -256,7 +257,7 @@ ramback_notify_draining (void)
     return;
   }
   draining = true;
-  stop_stored = st.stored_bytes;
+  stop_stored = st.stored_bytes + st.zeroed_bytes;
   stop_dirty = st.dirty_bytes + st.inflight_bytes;
   stop_t0 = now ();
   pthread_mutex_unlock (&lock);
@@ -285,7 +286,7 @@ ramback_notify_stopped (bool ok)
   if (ok) {
     ramback_info ("clean stop: wrote back %" PRIu64 " bytes in %.1f s, "
                   "store synced: safe to power off",
-                  st.stored_bytes - stop_stored, t);
+                  st.stored_bytes + st.zeroed_bytes - stop_stored, t);
     sd_notify (0, "STATUS=stopped: everything written back, store synced");
   }
   else {

@@ -123,6 +123,22 @@ if ! (cd "$tmp/src/ramback-$version" &&
     die "dpkg-buildpackage failed"
 fi
 say "built in $((SECONDS - t0)) s"
+# The README builds in a git checkout: what the build adds to the tree
+# must all be ignored by git (.gitignore), or it shows as untracked.
+if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+    tar -tzf "_build/ramback-$version.tar.gz" |
+        sed -n "s|^ramback-$version/||p" | grep -v '/$' | sort >"$tmp/dist.files"
+    (cd "$tmp/src/ramback-$version" && find . -type f | sed 's|^\./||' | sort) \
+        >"$tmp/built.files"
+    comm -13 "$tmp/dist.files" "$tmp/built.files" >"$tmp/added.files"
+    { git -C "$top" check-ignore --no-index --stdin <"$tmp/added.files" || :; } |
+        sort >"$tmp/ignored.files"
+    left=$(comm -23 "$tmp/added.files" "$tmp/ignored.files")
+    [ -z "$left" ] ||
+        die "the build leaves files git does not ignore (add them to" \
+            ".gitignore): $(echo $left)"
+    say "the build adds $(wc -l <"$tmp/added.files") files, all ignored by git"
+fi
 rm -rf "$out"
 mkdir -p "$out"
 cp "$tmp/build.log" "$out/"

@@ -112,7 +112,29 @@ for kv in $nbd_only; do
 done
 
 # A device larger than RAM (24 GiB here; 2 TiB on ext4 is sparse).
+# A start that fails removes the backing file it created (so that a
+# retry with another size= is not refused), and only that: an empty
+# file it was given is empty again, and nothing else changes.
+# (The filter form's file below is made by the test, rb_cmdline.)
 expect_fail "2T device, no overcommit" "larger than.*overcommit=true" back="$new" size=2T
+if [ "$RAMBACK_FORM" = plugin ]; then
+[ ! -e "$new" ] || fail "the refused start left the backing file it created"
+expect_fail "ram= in a missing directory" "ram=.*nodir/ram.img: cannot create it" \
+    back="$new" size=8M ram="$TMP/nodir/ram.img"
+[ ! -e "$new" ] || fail "a start refused for its ram= left its back= file"
+expect_fail "control= in a missing directory" "nodir/ctl" \
+    back="$new" size=8M control="$TMP/nodir/ctl"
+[ ! -e "$new" ] || fail "a start refused for its control= left its back= file"
+: > "$TMP/given-empty.img"
+expect_fail "an empty file given with size=, too large" "larger than.*overcommit=true" \
+    back="$TMP/given-empty.img" size=2T
+[ -e "$TMP/given-empty.img" ] && [ ! -s "$TMP/given-empty.img" ] ||
+    fail "a refused start did not give back the empty file as it was"
+# A missing directory is named as such (size= cannot help there).
+expect_fail "back= in a missing directory" \
+    "back=$TMP/nodir/disk.img: the directory $TMP/nodir does not exist" \
+    back="$TMP/nodir/disk.img" size=1G
+fi
 rm -f "$new"
 
 # Read-only backing stores.  chmod does not stop root; chattr +i does.

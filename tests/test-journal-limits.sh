@@ -178,8 +178,64 @@ expect_fail "commit-interval=0" "commit-interval=0: expected seconds" \
     back="$TMP/back.img" journal="$TMP/j.img" commit-interval=0
 expect_fail "missing journal" "journal=.*nosuch.img does not exist: create it first" \
     back="$TMP/back.img" journal="$TMP/nosuch.img"
+# One piece of advice, in the message and the man page: a journal file
+# written in full (appends into the holes of a sparse one are slow).
+grep -q "dd if=/dev/zero of=$TMP/nosuch.img bs=1M count=256" "$TMP/bad.out" ||
+    fail "missing journal: the advice is not the man page's (dd)"
+grep -q truncate "$TMP/bad.out" && fail "missing journal: a sparse file advised"
+tr '\n' ' ' <"$top_srcdir/docs/nbdkit-ramback-plugin.pod" |
+    grep -q 'C<dd if=/dev/zero of=JOURNAL bs=1M count=256>' ||
+    fail "the man page gives other advice for a journal file"
 ramback recover "$TMP/back.img" "$TMP/back.img" 2>"$TMP/err" &&
     fail "recover accepted the backing store as its own journal"
 grep 'is the backing store itself' "$TMP/err" ||
     fail "recover: no clear message for journal = backing store"
+
+echo "=== ramback recover writes only to a journal"
+# What is not a journal is refused with exit status 6, byte for byte
+# unchanged (nothing is formatted or created), and the message says
+# what the file looks like: data behind 4 KiB of zeroes (what the
+# plugin would take as a new journal), all zeroes, other data.
+{ head -c 4096 /dev/zero; head -c $(( 1024 * 1024 )) /dev/urandom; } \
+    >"$TMP/z.img"
+truncate -s $(( 2 * 1024 * 1024 )) "$TMP/zero.img"
+protect "$TMP/z.img" "$TMP/zero.img"
+# recover_refused [BACK] JOURNAL ERE: refused, nothing changed, message
+# ERE.  BACK is back.img if not given.
+recover_refused () {
+    local rc=0 i back="$TMP/back.img"
+    [ $# = 3 ] && { back=$1; shift; }
+    ramback recover "$back" "$1" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    cat "$TMP/out" "$TMP/err"
+    [ "$rc" = 6 ] || fail "recover $1: exit status $rc, expected 6"
+    [ ! -s "$TMP/out" ] || fail "recover $1: a result on stdout"
+    [ "$(wc -l < "$TMP/err")" = 1 ] || fail "recover $1: not one line"
+    grep -Eq -- "$2" "$TMP/err" ||
+        fail "recover $1: the message does not match /$2/"
+    for (( i=0; i<${#_protected[@]}; i+=2 )); do
+        [ "$(sha256sum "${_protected[i]}" | cut -d' ' -f1)" = \
+          "${_protected[i+1]}" ] || fail "recover $1: ${_protected[i]} changed"
+    done
+}
+recover_refused "$TMP/z.img" \
+    "z.img is not a ramback journal: its first 4 KiB are zero, and it holds data after them"
+recover_refused "$TMP/zero.img" \
+    "zero.img is not a ramback journal: it is all zero \(never used as one\): nothing to replay"
+recover_refused "$TMP/data.img" "data.img is not a ramback journal: it starts with"
+# A missing journal: not created, and no advice recover cannot take.
+recover_refused "$TMP/nosuch.img" "nosuch.img does not exist"
+grep -Eq 'back=|size=' "$TMP/err" &&
+    fail "recover: a missing journal's message names plugin parameters"
+[ ! -e "$TMP/nosuch.img" ] || fail "recover created the missing journal"
+recover_refused "$TMP/nosuch-back.img" "$TMP/j.img" \
+    "nosuch-back.img does not exist"
+grep -Eq 'back=|size=' "$TMP/err" &&
+    fail "recover: a missing backing store's message names plugin parameters"
+[ ! -e "$TMP/nosuch-back.img" ] || fail "recover created the backing store"
+# A journal: replayed (nothing left here), and only the result printed.
+ramback recover "$TMP/back.img" "$TMP/j.img" >"$TMP/out" 2>"$TMP/err" ||
+    fail "recover of a journal failed: $(cat "$TMP/err")"
+cat "$TMP/out" "$TMP/err"
+grep -q 'replayed 0 transactions' "$TMP/out" || fail "recover: no result"
+[ ! -s "$TMP/err" ] || fail "recover printed more than its result"
 echo "PASS ($ncases cases)"

@@ -55,3 +55,46 @@ got=$(status_field "$rb_ctl" written_bytes)
 ctl "$rb_ctl" status | grep -qx "written_bytes: $((n1 + n2))" ||
     fail "text status lacks written_bytes: $((n1 + n2))"
 stop_rb rb
+
+# Zeroes and trims reach the store as zero requests: counted apart
+# (zeroed_bytes), not as data written back (stored_bytes), so that the
+# amplification is of data: a trim of the whole device and one 4 KiB
+# write store 4 KiB of data, not the device.
+start_rb z back="$TMP/z.img" size="$size" chunk=64K
+ctl "$z_ctl" wait-populated 60000
+/usr/bin/python3 - "$z_uri" <<'EOP'
+import sys, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+h.trim(h.get_size(), 0)
+h.pwrite(b"\x5a" * 4096, 65536 * 3)
+h.flush()
+EOP
+ctl "$z_ctl" sync
+ctl "$z_ctl" status json >"$TMP/z.json"
+/usr/bin/python3 - "$TMP/z.json" "$size" <<'EOP'
+import json, sys
+st = json.loads(open(sys.argv[1]).read().splitlines()[0])
+size = int(sys.argv[2])
+print("stored_bytes %s zeroed_bytes %s written_bytes %s" %
+      (st["stored_bytes"], st.get("zeroed_bytes"), st["written_bytes"]))
+if "zeroed_bytes" not in st:
+    sys.exit("FAIL: no zeroed_bytes in status")
+if st["written_bytes"] != 4096:
+    sys.exit("FAIL: written_bytes %d, expected 4096" % st["written_bytes"])
+# The chunk around the write goes back whole at most.
+if not 4096 <= st["stored_bytes"] <= 65536:
+    sys.exit("FAIL: stored_bytes %d for one 4 KiB write after a trim"
+             % st["stored_bytes"])
+if st["zeroed_bytes"] < size - 65536:
+    sys.exit("FAIL: zeroed_bytes %d after a trim of %d" %
+             (st["zeroed_bytes"], size))
+EOP
+[ $? = 0 ] || fail "zeroes counted as written back"
+ramback status "$z_ctl" | tee "$TMP/z.txt"
+grep -Eq '^ *written back: +[0-9.]+ KiB, zeroed 1[56][.0-9]* MiB' "$TMP/z.txt" ||
+    fail "status text does not show the zeroed bytes apart"
+grep -Eq 'written back (1|4|16)\.00x of it' "$TMP/z.txt" ||
+    fail "status text: the amplification is not of data"
+ramback status --prometheus "$z_ctl" | grep -q '^ramback_zeroed_bytes_total' ||
+    fail "no ramback_zeroed_bytes_total metric"
+stop_rb z

@@ -89,6 +89,8 @@ rb_open (const struct rb_config *config)
     : rb_store_open (&sp);
   if (rb->store == NULL)
     goto fail;
+  rb->undo_create = rb->cfg.store_override == NULL &&
+    rb->store->ops->undo_create != NULL;
   if (rb->store->read_only && !rb->cfg.store.read_only) {
     rb_set_error (EROFS, "back=%s is read-only", rb->cfg.store.uri);
     goto fail;
@@ -105,6 +107,14 @@ rb_open (const struct rb_config *config)
    */
   if (rb->cfg.journal && rbi_txn_open (rb) == -1)
     goto fail;
+  if (rb->txns) {
+    struct rb_stats st = { 0 };
+
+    /* The journal's data is on the store now: keep it, whatever comes. */
+    rbi_txn_stats (rb, &st);
+    if (st.journal_replayed)
+      rb->undo_create = false;
+  }
 
   {
     /* The store is open (and locked): ram= is checked against it. */
@@ -169,7 +179,7 @@ rb_open (const struct rb_config *config)
     int e = rb_get_errno () ? rb_get_errno () : errno;
     char *msg = strdup (rb_get_error () ? rb_get_error () : "");
 
-    rb_close (rb);
+    rb_abandon (rb);
     if (msg && *msg)
       rb_restore_error (e, msg);
     free (msg);
@@ -254,6 +264,16 @@ rb_close (struct rb *rb)
   free ((char *) rb->cfg.journal);
   free (rb);
   return r;
+}
+
+void
+rb_abandon (struct rb *rb)
+{
+  if (rb == NULL)
+    return;
+  if (rb->undo_create && !rb->started)
+    rb->store->ops->undo_create (rb->store);
+  rb_close (rb);
 }
 
 uint64_t

@@ -414,7 +414,8 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
     }
     else {
       rbi_write_done (rb, gen, ios[i].offset, ios[i].count);
-      rb_atomic_add (&rb->stored_bytes, ios[i].count);
+      rb_atomic_add (ios[i].op == RB_IO_ZERO ? &rb->zeroed_bytes
+                     : &rb->stored_bytes, ios[i].count);
       if (ios[i].op == RB_IO_WRITE)
         bytes += ios[i].count;
     }

@@ -374,7 +374,8 @@ writethrough (struct rb *rb, const struct req *r)
     if (full_chunks (rb, r, &f, &l))
       chunkmap_move (&rb->map, f, l - f + 1, CS_BIT (CS_EMPTY), CS_CLEAN,
                      NULL);
-    rb_atomic_add (&rb->stored_bytes, r->count);
+    rb_atomic_add (r->op == OP_WRITE ? &rb->stored_bytes
+                   : &rb->zeroed_bytes, r->count);
     if (r->op == OP_WRITE)
       rb_atomic_add (&rb->written_through, 1);
     if (!fua)

@@ -963,6 +963,93 @@ rbj_check_not_back (const char *uri, const char *back_uri,
   return -1;
 }
 
+/* What a store that is not a journal looks like, for recover's
+ * refusal: a few well-known signatures, else its first bytes.
+ */
+static void
+describe_start (const uint8_t *h, char *out, size_t n)
+{
+  static const struct { size_t off; const char *magic; size_t len;
+                        const char *what; } sig[] = {
+    { 0, SUPER_MAGIC, 8, "a damaged ramback journal super block (its "
+      "checksum does not match)" },
+    { 1080, "\x53\xef", 2, "an ext2/3/4 file system" },
+    { 0, "XFSB", 4, "an XFS file system" },
+    { 0, "LUKS\xba\xbe", 6, "a LUKS volume" },
+    { 512, "EFI PART", 8, "a GPT partition table" },
+    { 4086, "SWAPSPACE2", 10, "a swap area" },
+    { 0, "QFI\xfb", 4, "a qcow2 image" },
+    { 0, "RAMBACK-IMAGE", 13, "a ramback RAM image (ram=)" },
+    { 510, "\x55\xaa", 2, "a boot sector or MBR partition table" },
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof sig / sizeof sig[0]; i++)
+    if (memcmp (h + sig[i].off, sig[i].magic, sig[i].len) == 0) {
+      snprintf (out, n, "it holds %s", sig[i].what);
+      return;
+    }
+  snprintf (out, n, "it starts with the bytes %02x %02x %02x %02x %02x %02x "
+            "%02x %02x", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+}
+
+/* Recover writes only to a journal: refuse (touching nothing) a store
+ * without a valid super block, saying what it looks like.  Formatting
+ * is for the plugin's journal= alone.
+ */
+static int
+check_is_journal (struct rb_store *js, const char *name)
+{
+  uint8_t head[RBJ_AREA_START];
+  struct rbj_super s[2];
+  char what[160];
+  uint64_t off;
+  CLEANUP_FREE uint8_t *buf = NULL;
+  const size_t step = 1024 * 1024;
+
+  if (js->size < sizeof head) {
+    rb_set_error (EINVAL, "%s is not a ramback journal: it is %" PRIu64
+                  " bytes, smaller than a journal's super blocks", name,
+                  js->size);
+    return -1;
+  }
+  if (rb_store_pread (js, head, sizeof head, 0) == -1) {
+    rb_set_error (errno, "%s: cannot read it: %s", name, rb_get_error ());
+    return -1;
+  }
+  memcpy (s, head, sizeof s);
+  if (super_valid (&s[0]) || super_valid (&s[1]))
+    return 0;
+  if (!all_zero (head, sizeof head)) {
+    describe_start (head, what, sizeof what);
+    rb_set_error (EINVAL, "%s is not a ramback journal: %s; nothing "
+                  "replayed, nothing written", name, what);
+    return -1;
+  }
+  if ((buf = malloc (step)) == NULL) {
+    rb_set_error (errno, "malloc");
+    return -1;
+  }
+  for (off = sizeof head; off < js->size; off += step) {
+    size_t n = RB_MIN ((uint64_t) step, js->size - off);
+    if (rb_store_pread (js, buf, n, off) == -1) {
+      rb_set_error (errno, "%s: cannot read it: %s", name, rb_get_error ());
+      return -1;
+    }
+    if (!all_zero (buf, n)) {
+      rb_set_error (EINVAL, "%s is not a ramback journal: its first 4 KiB "
+                    "are zero, and it holds data after them (from about "
+                    "byte %" PRIu64 "); nothing replayed, nothing written",
+                    name, off);
+      return -1;
+    }
+  }
+  rb_set_error (EINVAL, "%s is not a ramback journal: it is all zero "
+                "(never used as one): nothing to replay, the backing store "
+                "is as it is", name);
+  return -1;
+}
+
 int
 rbj_recover (const struct rb_store_params *backp,
              const struct rb_store_params *journalp, struct rbj_replay *rp)
@@ -981,6 +1068,11 @@ rbj_recover (const struct rb_store_params *backp,
   }
   if (rbj_check_not_back (journalp->uri, backp->uri, &back->id) == -1 ||
       (js = rb_store_open (journalp)) == NULL) {
+    rb_store_close (back);
+    return -1;
+  }
+  if (check_is_journal (js, journalp->uri) == -1) {
+    rb_store_close (js);
     rb_store_close (back);
     return -1;
   }

@@ -25,6 +25,11 @@
 #define RBJ_ALIGN 4096
 /* Smallest journal store accepted. */
 #define RBJ_MIN_SIZE (UINT64_C (1) << 20)
+/* How to make a journal file (with its path as the format's argument):
+ * written in full, as the plugin's manual says, since appends into the
+ * holes of a sparse file make every journal sync commit metadata too.
+ */
+#define RBJ_CREATE_ADVICE "dd if=/dev/zero of=%s bs=1M count=256"
 /* The alignment of a transaction's data in the journal (and of the
  * area's size), so the append can go with O_DIRECT.
  */

@@ -382,21 +382,24 @@ rbi_txn_open (struct rb *rb)
   if (!rb_store_is_nbd_uri (rb->cfg.journal)) {
     struct stat st;
     if (stat (rb->cfg.journal, &st) == -1 && errno == ENOENT) {
-      rb_set_error (ENOENT, "journal=%s does not exist: create it first "
-                    "(e.g. truncate -s 256M %s; at least 1 MiB, and more "
-                    "than is written between two commits)",
+      rb_set_error (ENOENT, "journal=%s does not exist: create it first, "
+                    "written in full (e.g. " RBJ_CREATE_ADVICE "; at least "
+                    "1 MiB, and more than is written between two commits)",
                     rb->cfg.journal, rb->cfg.journal);
       return -1;
     }
   }
   sp = rb->cfg.store;
   sp.uri = rb->cfg.journal;
+  sp.param = "journal";
   sp.create_size = 0;
   sp.read_only = false;
   t->jstore = rb_store_open (&sp);
   if (t->jstore == NULL) {
-    rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
-                  rb_get_error ());
+    /* A file's messages name journal= already (sp.param). */
+    if (rb_store_is_nbd_uri (rb->cfg.journal))
+      rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
+                    rb_get_error ());
     return -1;
   }
   t->j = rbj_open (t->jstore, rb->cfg.journal, rb->store, &t->replay);
@@ -1368,7 +1371,7 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
 }
 
 static int
-apply (struct rb *rb, struct txn *list, uint64_t *bytes)
+apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
 {
   CLEANUP_FREE struct rb_io *io = NULL;
   int r;
@@ -1395,8 +1398,11 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes)
       errno = err;
       return -1;
     }
-    for (e = i; e < i + n; e++)
+    for (e = i; e < i + n; e++) {
       *bytes += io[e].count;
+      if (io[e].op == RB_IO_ZERO)
+        *zeroed += io[e].count;
+    }
   }
   /* Under the core's sync_lock, as every sync of the backing store: a
    * store that reports a loss (a lost NBD connection with unflushed
@@ -1427,6 +1433,7 @@ apply_list (struct rb *rb, struct txn *list)
 {
   struct rb_txns *t = rb->txns;
   uint64_t backoff = BACKOFF_MIN_MS, bytes = 0, t0 = rb_now_ns (), target = 0;
+  uint64_t zeroed = 0;          /* of bytes, zero requests */
   struct txn *x, *next;
 
   /* An old in-place write with an unknown outcome (a lost NBD
@@ -1440,13 +1447,13 @@ apply_list (struct rb *rb, struct txn *list)
     uint64_t until;
     int err = 0;
 
-    if (apply (rb, list, &bytes) == -1)
+    if (apply (rb, list, &bytes, &zeroed) == -1)
       err = errno ? errno : EIO;
     else if (!rbj_settle (rb->store))
       break;
     until = rb_now_ns () + backoff * UINT64_C (1000000);
     backoff = rbi_backoff_next_ms (backoff);
-    bytes = 0;
+    bytes = zeroed = 0;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     if (err && target > t->apply_failed) {
       /* Writethrough writers waiting for these fail now; the list is
@@ -1470,7 +1477,8 @@ apply_list (struct rb *rb, struct txn *list)
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
     rbi_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
-    rb_atomic_add (&rb->stored_bytes, bytes);
+    rb_atomic_add (&rb->stored_bytes, bytes - zeroed);
+    rb_atomic_add (&rb->zeroed_bytes, zeroed);
   }
   for (x = list; x; x = next) {
     next = x->next;

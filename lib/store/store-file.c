@@ -83,7 +83,12 @@ struct file_store {
   uint64_t dalign;        /* dfd's alignment (a power of two >= page) */
   bool direct;            /* [atomic] use dfd; cleared if refused */
   char *path;
+  char *label;            /* how messages name it: "back=PATH" */
   bool is_block;
+  /* What open did to the file system, for rb_store_undo_create: */
+  bool created;           /* made the file (O_CREAT) */
+  bool grown;             /* grew an empty file to size= */
+  uint64_t dev, ino;
   bool can_punch;         /* cleared once punching fails */
   bool can_zero_range;
 };
@@ -339,9 +344,29 @@ file_close (struct rb_store *s)
     if (f->fd >= 0)
       close (f->fd);
     free (f->path);
+    free (f->label);
     free (f);
   }
   free (s);
+}
+
+/* A start that failed: remove the file open created (if its path
+ * still names it), or empty again the empty file it grew.
+ */
+static void
+file_undo_create (struct rb_store *s)
+{
+  struct file_store *f = s->handle;
+  struct stat st;
+
+  if (f->created && lstat (f->path, &st) == 0 && st.st_dev == f->dev &&
+      st.st_ino == f->ino && unlink (f->path) == -1)
+    rb_warn ("%s: cannot remove the file this start created: %s",
+             f->label, rb_strerror (errno));
+  if (f->grown && ftruncate (f->fd, 0) == -1)
+    rb_warn ("%s: cannot make it empty again: %s", f->label,
+             rb_strerror (errno));
+  f->created = f->grown = false;
 }
 
 static const struct rb_store_ops file_ops = {
@@ -351,25 +376,59 @@ static const struct rb_store_ops file_ops = {
   .next_data = file_next_data,
   .status    = file_status,
   .close     = file_close,
+  .undo_create = file_undo_create,
 };
+
+/* Does the directory that would hold path exist?  (A missing one
+ * needs another message than a missing file.)
+ */
+static bool
+parent_missing (const char *path, char *dir, size_t n)
+{
+  const char *slash = strrchr (path, '/');
+  struct stat st;
+
+  if (slash == NULL)
+    return false;
+  snprintf (dir, n, "%.*s", (int) (slash - path), path);
+  if (dir[0] == '\0')
+    return false;
+  return stat (dir, &st) == -1 && errno == ENOENT;
+}
 
 static int
 open_fd (struct file_store *f, const struct rb_store_params *p)
 {
   int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  char dir[4096];
 
   f->fd = open (p->uri, flags);
-  if (f->fd == -1 && errno == ENOENT && p->create_size > 0 && !p->read_only)
+  if (f->fd == -1 && errno == ENOENT && p->create_size > 0 && !p->read_only) {
+    struct stat st;
+
     f->fd = open (p->uri, flags | O_CREAT | O_EXCL, 0644);
+    if (f->fd >= 0 && fstat (f->fd, &st) == 0) {
+      f->created = true;
+      f->dev = st.st_dev;
+      f->ino = st.st_ino;
+    }
+  }
   if (f->fd == -1) {
-    if (errno == ENOENT)
-      rb_set_error (ENOENT, "back=%s: the backing store does not exist "
-                    "(give size=SIZE to create it)", p->uri);
+    if (errno == ENOENT && parent_missing (p->uri, dir, sizeof dir))
+      rb_set_error (ENOENT, "%s: the directory %s does not exist (create "
+                    "it first, or give a path in one that exists%s)",
+                    f->label, dir, p->param == NULL && p->create_size == 0
+                    ? "; then size=SIZE creates the backing store" : "");
+    else if (errno == ENOENT && p->param == NULL)
+      rb_set_error (ENOENT, "%s: the backing store does not exist "
+                    "(give size=SIZE to create it)", f->label);
+    else if (errno == ENOENT)
+      rb_set_error (ENOENT, "%s does not exist", f->label);
     else if (errno == EACCES || errno == EROFS || errno == EPERM)
-      rb_set_error (errno, "back=%s: cannot open the backing store for "
-                    "writing (check its permissions and mount)", p->uri);
+      rb_set_error (errno, "%s: cannot open it for writing (check its "
+                    "permissions and mount)", f->label);
     else
-      rb_set_error (errno, "back=%s: open", p->uri);
+      rb_set_error (errno, "%s: open", f->label);
     return -1;
   }
   return 0;
@@ -386,7 +445,7 @@ claim (struct rb_store *s, struct file_store *f,
   struct stat st;
 
   if (fstat (f->fd, &st) == -1) {
-    rb_set_error (errno, "back=%s: fstat", p->uri);
+    rb_set_error (errno, "%s: fstat", f->label);
     return -1;
   }
   if (S_ISBLK (st.st_mode)) {
@@ -400,8 +459,8 @@ claim (struct rb_store *s, struct file_store *f,
     if (fstat (fd, &st2) == -1 || !S_ISBLK (st2.st_mode) ||
         st2.st_rdev != st.st_rdev) {
       close (fd);
-      rb_set_error (EAGAIN, "back=%s changed while it was being opened",
-                    p->uri);
+      rb_set_error (EAGAIN, "%s changed while it was being opened",
+                    f->label);
       return -1;
     }
     close (f->fd);
@@ -416,16 +475,16 @@ claim (struct rb_store *s, struct file_store *f,
       break;
     case 1:
       rb_describe_lock_holders (f->fd, who, sizeof who);
-      rb_set_error (EBUSY, "back=%s is in use by %s, which holds a lock on "
+      rb_set_error (EBUSY, "%s is in use by %s, which holds a lock on "
                     "it: another ramback, or another program such as "
                     "qemu, is using this backing store, and two writers "
                     "would corrupt it; stop the other one first, or give "
-                    "a different back=", p->uri, who);
+                    "a different back=", f->label, who);
       return -1;
     default:
       /* Some network file systems have no locks: serve, but say so. */
-      rb_warn ("back=%s: cannot lock it (%s): nothing stops a second "
-               "writer", p->uri, rb_strerror (errno));
+      rb_warn ("%s: cannot lock it (%s): nothing stops a second "
+               "writer", f->label, rb_strerror (errno));
       break;
     }
     s->id.kind = RB_STORE_FILE;
@@ -442,20 +501,20 @@ get_size (struct rb_store *s, struct file_store *f,
   struct stat st;
 
   if (fstat (f->fd, &st) == -1) {
-    rb_set_error (errno, "back=%s: fstat", p->uri);
+    rb_set_error (errno, "%s: fstat", f->label);
     return -1;
   }
   if (S_ISBLK (st.st_mode)) {
     f->is_block = true;
 #ifdef BLKGETSIZE64
     if (ioctl (f->fd, BLKGETSIZE64, &s->size) == -1) {
-      rb_set_error (errno, "back=%s: ioctl BLKGETSIZE64", p->uri);
+      rb_set_error (errno, "%s: ioctl BLKGETSIZE64", f->label);
       return -1;
     }
 #else
     off_t end = lseek (f->fd, 0, SEEK_END);
     if (end == -1) {
-      rb_set_error (errno, "back=%s: lseek", p->uri);
+      rb_set_error (errno, "%s: lseek", f->label);
       return -1;
     }
     s->size = end;
@@ -464,31 +523,32 @@ get_size (struct rb_store *s, struct file_store *f,
   else if (S_ISREG (st.st_mode)) {
     if (st.st_size == 0 && p->create_size > 0) {
       if (ftruncate (f->fd, p->create_size) == -1) {
-        rb_set_error (errno, "back=%s: ftruncate to %" PRIu64, p->uri,
+        rb_set_error (errno, "%s: ftruncate to %" PRIu64, f->label,
                       p->create_size);
         return -1;
       }
+      f->grown = !f->created;
       st.st_size = p->create_size;
     }
     s->size = st.st_size;
   }
   else {
-    rb_set_error (EINVAL, "back=%s: not a regular file or block device",
-                  p->uri);
+    rb_set_error (EINVAL, "%s: not a regular file or block device",
+                  f->label);
     return -1;
   }
 
   if (p->create_size > 0 && s->size != p->create_size) {
-    rb_set_error (EINVAL, "back=%s is %" PRIu64 " bytes but size=%" PRIu64
+    rb_set_error (EINVAL, "%s is %" PRIu64 " bytes but size=%" PRIu64
                   " was given: size= only creates a missing backing store "
                   "and must match an existing one (drop size=, or resize "
-                  "the backing store yourself)", p->uri, s->size,
+                  "the backing store yourself)", f->label, s->size,
                   p->create_size);
     return -1;
   }
   if (s->size == 0) {
-    rb_set_error (EINVAL, "back=%s: the backing store is empty (0 bytes)",
-                  p->uri);
+    rb_set_error (EINVAL, "%s: the backing store is empty (0 bytes)",
+                  f->label);
     return -1;
   }
   return 0;
@@ -543,8 +603,8 @@ open_direct (struct file_store *f, const struct rb_store_params *p)
   if (a == 0 && p->direct_io == RB_DIRECT_AUTO)
     goto buffered;
   if (a == 0) {
-    rb_set_error (EINVAL, "back=%s: direct-io=true, but %s (use "
-                  "direct-io=auto or false)", p->uri, why);
+    rb_set_error (EINVAL, "%s: direct-io=true, but %s (use "
+                  "direct-io=auto or false)", f->label, why);
     return -1;
   }
   if (!f->is_block && p->direct_io == RB_DIRECT_AUTO &&
@@ -557,7 +617,7 @@ open_direct (struct file_store *f, const struct rb_store_params *p)
     why = "its alignment is not a power of two";
     if (p->direct_io == RB_DIRECT_AUTO)
       goto buffered;
-    rb_set_error (EINVAL, "back=%s: direct-io=true, but %s", p->uri, why);
+    rb_set_error (EINVAL, "%s: direct-io=true, but %s", f->label, why);
     return -1;
   }
   snprintf (proc, sizeof proc, "/proc/self/fd/%d", f->fd);
@@ -573,20 +633,20 @@ open_direct (struct file_store *f, const struct rb_store_params *p)
   }
   if (f->dfd == -1) {
     if (p->direct_io == RB_DIRECT_ON) {
-      rb_set_error (errno, "back=%s: direct-io=true, but opening it with "
-                    "O_DIRECT failed (use direct-io=auto or false)", p->uri);
+      rb_set_error (errno, "%s: direct-io=true, but opening it with "
+                    "O_DIRECT failed (use direct-io=auto or false)", f->label);
       return -1;
     }
     why = rb_strerror (errno);
     goto buffered;
   }
   f->direct = true;
-  rb_log ("back=%s: direct I/O, %" PRIu64 "-byte alignment", p->uri,
+  rb_log ("%s: direct I/O, %" PRIu64 "-byte alignment", f->label,
           f->dalign);
   return 0;
 
  buffered:
-  rb_log ("back=%s: no direct I/O: %s", p->uri, why);
+  rb_log ("%s: no direct I/O: %s", f->label, why);
   return 0;
 }
 
@@ -611,7 +671,10 @@ rb_store_file_open (const struct rb_store_params *p)
   f->dalign = 1;
   f->can_punch = true;
   f->path = strdup (p->uri);
-  if (f->path == NULL) {
+  if (asprintf (&f->label, "%s%s%s", p->param ? p->param : "back",
+                p->param && !*p->param ? "" : "=", p->uri) == -1)
+    f->label = NULL;
+  if (f->path == NULL || f->label == NULL) {
     rb_set_error (errno, "strdup");
     file_close (s);
     return NULL;
@@ -619,6 +682,8 @@ rb_store_file_open (const struct rb_store_params *p)
   if (open_fd (f, p) == -1 || claim (s, f, p) == -1 ||
       get_size (s, f, p) == -1 || open_direct (f, p) == -1) {
     int e = errno;
+    if (f->fd >= 0)
+      file_undo_create (s);
     file_close (s);
     errno = e;
     return NULL;

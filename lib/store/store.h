@@ -94,6 +94,12 @@ struct rb_store_ops {
   size_t (*take_suspects) (struct rb_store *s, struct rb_store_range *out,
                            size_t max, bool *pending);
 
+  /* Optional.  A start that failed gives back what open made: a file
+   * it created is removed, an empty one it grew to size= is emptied
+   * again; nothing else is touched.  Called before close.
+   */
+  void (*undo_create) (struct rb_store *s);
+
   /* Optional.  A stop has begun: the reads queued or in flight are no
    * longer needed (a stop waits for the data it must write back, never
    * for a read).  The store fails them soon: queued ones at once, one
