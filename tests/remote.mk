@@ -20,6 +20,7 @@ remote_tests = \
 	test-ups-drain.sh \
 	test-remote-stall.sh \
 	test-remote-stop-read.sh \
+	test-remote-flap.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 

@@ -304,6 +304,7 @@ conn_thread (void *vp)
       }
       if (inflight > 0 && st->request_timeout_ns > 0)
         timeout_ms = 1000;
+      timeout_ms = nbdstore_conn_proven (c, timeout_ms);
       r = poll (fds, 2 + nd, timeout_ms);
       if (r == -1 && errno != EINTR) {
         nbdstore_conn_lost (c, "poll failed", false);

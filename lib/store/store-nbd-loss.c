@@ -33,6 +33,54 @@ drain_release (struct conn *c, struct drain *d, const char *how)
   free (d);
 }
 
+/* A connection that stayed up this long counts as healthy when it is
+ * lost (a server restarted, a network blip): the first reconnect
+ * attempt is made at once.  One lost sooner makes the back-off grow.
+ */
+#define HEALTHY_NS (UINT64_C (2) * 1000000000)
+
+/* Ask every connection that is down to reconnect now.  Store lock. */
+static void
+wake_down_locked (struct nbd_store *st)
+{
+  int i;
+
+  st->next_attempt_ns = 0;
+  for (i = 0; i < st->nconns; i++)
+    if (!st->conns[i].up && !st->conns[i].want_reconnect) {
+      st->conns[i].want_reconnect = true;
+      nbdstore_wake (&st->conns[i]);
+    }
+}
+
+/* Connection thread: c has been up for HEALTHY_NS (or, with timeout,
+ * the milliseconds until then, which the caller's poll may wait at
+ * most).  The server keeps connections: the back-off starts again from
+ * its minimum and the connections still down come back now.
+ */
+int
+nbdstore_conn_proven (struct conn *c, int timeout_ms)
+{
+  struct nbd_store *st = c->st;
+  uint64_t now = rb_now_ns (), age = now - c->up_since_ns;
+
+  if (c->proven)
+    return timeout_ms;
+  if (age < HEALTHY_NS) {
+    int left = (int) ((HEALTHY_NS - age) / 1000000) + 1;
+    return timeout_ms < 0 || left < timeout_ms ? left : timeout_ms;
+  }
+  c->proven = true;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
+    if (st->backoff_ns != BACKOFF_MIN_NS) {
+      st->backoff_ns = BACKOFF_MIN_NS;
+      wake_down_locked (st);
+    }
+  }
+  return timeout_ms;
+}
+
 /* Connection thread: bring the connection back. */
 void
 nbdstore_reconnect (struct conn *c)
@@ -41,7 +89,7 @@ nbdstore_reconnect (struct conn *c)
   char why[200];
   struct nbd_handle *h;
   struct drain *d, *next;
-  int i, dfd = -1;
+  int dfd = -1;
 
   h = nbdstore_connect_one (st, c->idx, CONNECT_TIMEOUT_MS, why, sizeof why);
   if (h && nbdstore_check_same_export (st, h, why, sizeof why) == -1) {
@@ -78,16 +126,17 @@ nbdstore_reconnect (struct conn *c)
   c->epoch = ++st->epochs;
   c->up = true;
   c->failures = 0;
+  c->up_since_ns = rb_now_ns ();
+  c->proven = false;
   st->reconnects++;
-  st->backoff_ns = BACKOFF_MIN_NS;
-  st->next_attempt_ns = 0;
   st->failing = false;
   nbdstore_update_state (st);
-  for (i = 0; i < st->nconns; i++)
-    if (!st->conns[i].up && !st->conns[i].want_reconnect) {
-      st->conns[i].want_reconnect = true;
-      nbdstore_wake (&st->conns[i]);
-    }
+  /* The back-off is kept until the connection has stayed up a while
+   * (nbdstore_conn_proven): a handshake is not enough.  Without young
+   * losses, the others come back now too.
+   */
+  if (st->backoff_ns == BACKOFF_MIN_NS)
+    wake_down_locked (st);
   rb_log ("nbd: connection %d to %s is back (%d of %d up)",
           c->idx, st->uri, nbdstore_count_up (st), st->nconns);
   /* Lost connections whose end could not be watched: the server is
@@ -181,10 +230,23 @@ nbdstore_conn_lost (struct conn *c, const char *why, bool give_up)
         c->ndrains++;
       }
     }
-    if (nbdstore_count_up (st) == 0) {
-      /* The first attempt may be made at once. */
-      st->next_attempt_ns = 0;
-      st->backoff_ns = BACKOFF_MIN_NS;
+    {
+      uint64_t now = rb_now_ns ();
+
+      if (c->proven || now - c->up_since_ns >= HEALTHY_NS) {
+        /* It was healthy: the first attempt may be made at once. */
+        if (nbdstore_count_up (st) == 0) {
+          st->next_attempt_ns = 0;
+          st->backoff_ns = BACKOFF_MIN_NS;
+        }
+      }
+      else if (now >= st->next_attempt_ns) {
+        /* Lost young: the server drops what it accepts.
+         * The back-off goes on growing, as for a failed connect.
+         */
+        st->next_attempt_ns = now + st->backoff_ns;
+        st->backoff_ns = rbi_backoff_next_ns (st->backoff_ns);
+      }
     }
     nbdstore_update_state (st);
   }

@@ -145,6 +145,13 @@ struct conn {
   int wakefd;                 /* eventfd: queue changed or quit */
   rb_thread thread;
   uint64_t last_progress_ns;  /* request-timeout=, connection thread */
+  /* Connection thread: when the handle came up.  A handshake, or even
+   * requests answered, are not health: a server that accepts and then
+   * drops every connection within moments (its unflushed writes with
+   * it) must meet a growing back-off, not a reconnect per loss.
+   */
+  uint64_t up_since_ns;
+  bool proven;                /* up for HEALTHY_NS since (store-nbd-loss.c) */
   bool drains_full_logged;    /* connection thread */
   /* Writes completed on this connection, and how many of them the last
    * successful FLUSH covered (connection thread only).
@@ -210,6 +217,11 @@ struct nbd_store {
   uint64_t inflight_max;
   uint64_t requests;
 };
+
+/* store-nbd-loss.c: the connection has stayed up long enough? Returns
+ * the poll timeout to use (timeout_ms, or less to look again then).
+ */
+int nbdstore_conn_proven (struct conn *c, int timeout_ms);
 
 /* store-nbd-queue.c */
 /* Called with the store lock held. */
