@@ -128,10 +128,17 @@ own_key (const char *key)
   return false;
 }
 
+/* nbdkit loads a filter given twice (--filter=ramback twice) once, so
+ * both would share one RAM image and one set of claims: counted here,
+ * refused in .config_complete with that said.
+ */
+static unsigned loads;
+
 static void
 ramback_filter_load (void)
 {
-  ramback_glue_load ();
+  if (loads++ == 0)
+    ramback_glue_load ();
 }
 
 static int
@@ -167,6 +174,13 @@ ramback_filter_config_complete (nbdkit_next_config_complete *next,
   /* lib's rules (config.c), with the filter's limit on requests in
    * flight to the plugin: RB_MAX_FILTER_INFLIGHT workers (store-next.c).
    */
+  if (loads > 1) {
+    nbdkit_error ("the ramback filter is given %u times (--filter=ramback "
+                  "more than once): nbdkit loads it once, so they would "
+                  "share one RAM image in this same process; give "
+                  "--filter=ramback once", loads);
+    return -1;
+  }
   if (ramback_config_check (RB_CHECK_FILTER) == -1)
     return -1;
   return next (nxdata);

@@ -47,6 +47,14 @@ expect_fail_cmd "the filter on the plugin form's file" "$inuse.*pid $p_pid" \
 protect_clear
 stop_rb p
 
+# The filter given twice in one nbdkit: said as such, not as another
+# process holding the file.
+protect "$back"
+expect_fail_cmd "the filter given twice" \
+    "ramback filter is given 2 times.*give --filter=ramback once" \
+    "${f[@]}" "${f[@]}" file "$back"
+protect_clear
+
 # 3.
 protect "$back"
 expect_fail_cmd "ram= is the plugin's file" "backing store itself" \
