@@ -49,8 +49,9 @@
  *     read-only export.
  *   - can_zero: NATIVE or EMULATE use next->zero (with MAY_TRIM, so a
  *     file keeps its holes); NONE (e.g. the nozero filter's
- *     zeromode=none) writes zeroes from a zeroed buffer.  Only NATIVE
- *     counts as a cheap zero for the core's fast-zero rule.
+ *     zeromode=none) writes zeroes from a zeroed buffer.  Only NATIVE,
+ *     with can_fast_zero, counts as a cheap zero for the core's
+ *     fast-zero rule.
  *   - can_flush false: there is nothing to sync, flush succeeds without
  *     a call, and the filter refuses fsync=wait (no write could ever be
  *     confirmed durable).
@@ -937,8 +938,11 @@ rb_store_next_open (const struct rb_store_next_params *p)
                   "than its minimum");
     goto fail;
   }
-  /* Only a cheap zero counts as one (the core's fast-zero rule). */
-  s->can_zero = !s->read_only && st->can_zero == NBDKIT_ZERO_NATIVE;
+  /* Only a cheap zero counts as one (the core's fast-zero rule): the
+   * plugin zeroes natively and says itself that it can zero fast.
+   */
+  s->can_zero = !s->read_only && st->can_zero == NBDKIT_ZERO_NATIVE &&
+    st->can_fast_zero;
   if (!s->read_only && st->can_zero == NBDKIT_ZERO_NONE) {
     st->zero_buf = calloc (1, st->max_piece);
     if (st->zero_buf == NULL) {

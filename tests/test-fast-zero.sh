@@ -48,3 +48,17 @@ start_rb rb2 back="$TMP/back.img" size="$size" mode=writethrough
 [ "$(fast_zero "$rb2_uri" 0 nofua)" = ok ] ||
     fail "a fast zero over a file store was refused"
 stop_rb rb2
+
+# The filter form over a plugin that zeroes natively but says it cannot
+# zero fast (nozero zeromode=plugin fastzeromode=none): the filter
+# follows the plugin's own fast-zero answer, so a fast zero that must
+# reach it is refused.
+RAMBACK_FORM=filter
+RB_PLUGIN=(--filter=nozero memory "$size" zeromode=plugin fastzeromode=none)
+start_rb rb3 mode=writethrough
+[ "$(fast_zero "$rb3_uri" 0 nofua)" = ENOTSUP ] ||
+    fail "filter form: a fast zero in writethrough mode over a plugin that cannot zero fast was not refused"
+stop_rb rb3
+RB_PLUGIN=()
+RAMBACK_FORM=plugin
+echo "ok: fast zero follows the backing store"
