@@ -52,7 +52,7 @@ PAT=/dev/vdb
 F_ERROR=1 F_CHUNKS=2 F_LOADED=3 F_DIRTY=4 F_INFLIGHT=5 F_MODE=6
 F_POPULATE=7 F_DEMAND=8 F_STORED=9 F_WT=10 F_STORED_BYTES=11
 F_LOADED_BYTES=12 F_UNSYNCED=13 F_WB_BPS=14 F_POP_BPS=15 F_SYNCS=16
-F_LIMIT=17 F_THROTTLED=18
+F_LIMIT=17 F_THROTTLED=18 F_ZEROED_BYTES=19
 st () { dmsetup status "$1" | cut -d' ' -f$(( $2 + 3 )); }
 
 # Wait up to $4 seconds for field $2 of device $1 to equal $3.
@@ -291,7 +291,7 @@ zero_discard () {
   z1="$Z1:$NZ1:$(zsha $NZ1)" z2="$Z2:$NZ2:$(zsha $NZ2)"
   dmsetup create rb --table "0 $SECTORS ramback $dev 8 1 nopopulate" ||
     fail "create rb (zero-discard)"
-  stored=$(st rb $F_STORED_BYTES)
+  stored=$(st rb $F_ZEROED_BYTES)
   blkdiscard -o $((Z1 * 512)) -l $((NZ1 * 512)) $RB || fail "discard Z1"
   check $RB "$expect $z1" "after discard Z1"
   dmsetup message rb 0 writethrough || fail "writethrough message (zero-discard)"
@@ -300,8 +300,8 @@ zero_discard () {
   check $RB "$expect $z1 $z2" "after discard Z2"
   dmsetup message rb 0 flush || fail "flush (zero-discard)"
   [ "$(st rb $F_DIRTY)" = 0 ] || fail "dirty chunks after flush (zero-discard)"
-  [ "$(st rb $F_STORED_BYTES)" -ge $((stored + NZ1 * 512)) ] ||
-    fail "the discards were not written back: stored bytes $stored -> $(st rb $F_STORED_BYTES)"
+  [ "$(st rb $F_ZEROED_BYTES)" -ge $((stored + NZ1 * 512)) ] ||
+    fail "the discards were not written back: zeroed bytes $stored -> $(st rb $F_ZEROED_BYTES)"
   check $dev "$expect $z1 $z2" "backing device after the discards and flush"
   dmsetup remove rb || fail "remove (zero-discard)"
   dmsetup remove bk0 || fail "remove bk0"

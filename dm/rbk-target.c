@@ -654,6 +654,7 @@ static void rbk_status(struct dm_target *ti, status_type_t type,
 		       rb_atomic_load(&rb->syncs));
 		DMEMIT(" %llu %llu", rb_atomic_load(&rb->dirty_limit),
 		       rb_atomic_load(&rb->throttled));
+		DMEMIT(" %llu", rb_atomic_load(&rb->zeroed_bytes));
 		break;
 	case STATUSTYPE_TABLE:
 		/* The current mode, so a reload keeps what a message set. */
