@@ -52,7 +52,7 @@
  *                      left, normally nothing), then closes them
  *
  * Capabilities to clients are those of the plugin form (RAM does every
- * operation, FUA and flush per fsync=), except can_write, which follows
+ * operation, FUA and flush per fsync=, block status), except can_write, which follows
  * the plugin: a read-only plugin gives a read-only export.  nbdkit
  * applies the plugin's thread model to client requests as well; the
  * store applies it to its own calls (store-next.c).
@@ -363,10 +363,14 @@ ramback_filter_can_fast_zero (nbdkit_next *next, void *handle)
   return 1;
 }
 
+/* Block status from RAM and, for chunks not loaded or clean, from the
+ * plugin's own extents (lib/engine/extents.c, store-next.c): offered
+ * whatever the plugin offers (without its extents, those are data).
+ */
 static int
 ramback_filter_can_extents (nbdkit_next *next, void *handle)
 {
-  return 0;
+  return 1;
 }
 
 static int
@@ -443,6 +447,15 @@ ramback_filter_cache (nbdkit_next *next, void *handle, uint32_t count,
   return ramback_glue_cache (count, offset) == -1 ? fail (err) : 0;
 }
 
+static int
+ramback_filter_extents (nbdkit_next *next, void *handle, uint32_t count,
+                        uint64_t offset, uint32_t flags,
+                        struct nbdkit_extents *extents, int *err)
+{
+  return ramback_glue_extents (count, offset, flags, extents) == -1
+    ? fail (err) : 0;
+}
+
 #define ramback_filter_config_help \
   "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
   "resume=auto|discard|force  What to do with an existing ram= image.\n" \
@@ -493,6 +506,7 @@ static struct nbdkit_filter filter = {
   .trim               = ramback_filter_trim,
   .flush              = ramback_filter_flush,
   .cache              = ramback_filter_cache,
+  .extents            = ramback_filter_extents,
 };
 
 NBDKIT_REGISTER_FILTER (filter)

@@ -201,6 +201,23 @@ extern int rb_trim (struct rb *rb, uint32_t count, uint64_t offset,
                     unsigned flags);
 /* NBD_CMD_CACHE: load the range into RAM now. */
 extern int rb_cache (struct rb *rb, uint32_t count, uint64_t offset);
+/* NBD_CMD_BLOCK_STATUS: describe [offset, offset+count) as extents,
+ * in order and without gaps, through fn (extents.c): RB_EXTENT_HOLE |
+ * RB_EXTENT_ZERO where the device reads as zeroes (zeroed or trimmed
+ * chunks, the backing store's holes), 0 (data) elsewhere.  What a
+ * chunk not yet loaded holds, the store says (its next_data op:
+ * SEEK_DATA, NBD block status, the plugin below the filter).  Adjacent
+ * extents of one type are merged; with RB_EXTENTS_REQ_ONE only the
+ * first is given.  fn returns 0, or -1 with errno set to stop; it must
+ * not call back into rb.  The values are NBD's (and nbdkit's).
+ */
+#define RB_EXTENT_HOLE 1
+#define RB_EXTENT_ZERO 2
+#define RB_EXTENTS_REQ_ONE 1
+typedef int (*rb_extent_fn) (void *opaque, uint64_t offset,
+                             uint64_t length, uint32_t type);
+extern int rb_extents (struct rb *rb, uint32_t count, uint64_t offset,
+                       unsigned flags, rb_extent_fn fn, void *opaque);
 /* NBD_CMD_FLUSH: returns at once with fsync=ignore, else rb_sync(). */
 extern int rb_flush (struct rb *rb);
 

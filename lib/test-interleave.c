@@ -1622,6 +1622,82 @@ test_zero_run_then_writethrough (void)
                        "a writethrough write into a collected zero run");
 }
 
+/* --- block status while a write back is in flight -------------------- */
+
+/* rb_extents on its own thread: the type of the first extent at off. */
+struct ext_job {
+  struct rb *rb;
+  uint64_t off;
+  uint32_t type;
+  int r;
+  bool done;                    /* [atomic] */
+};
+
+static int
+ext_first (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
+{
+  struct ext_job *j = opaque;
+
+  j->type = type;
+  return 0;
+}
+
+static gpointer
+ext_main (gpointer arg)
+{
+  struct ext_job *j = arg;
+
+  j->r = rb_extents (j->rb, CHUNK, j->off, RB_EXTENTS_REQ_ONE, ext_first, j);
+  rb_atomic_store (&j->done, true);
+  return NULL;
+}
+
+/* Chunk X is a hole of the store (zeroed and written back, CLEAN).  A
+ * write makes it data; the flusher moves it to CLEAN and its write back
+ * is held before it reaches the store, which still says hole.  Block
+ * status of X must not believe the store now: it waits for the write
+ * back and says data (a hole here would make a sparse copy lose X).
+ */
+static void
+test_extents_during_store (void)
+{
+  struct fx f;
+  uint64_t x = 60 * CHUNK;
+  struct ts_match m = { .ops = TS_WRITE, .offset = x, .count = CHUNK,
+                        .tag = "" };
+  g_autofree uint8_t *v1 = NULL;
+  struct ts_gate *g;
+  struct ext_job j;
+  GThread *t;
+
+  fx_open (&f, 61, false, true, true, 0);
+  ts_report_holes (f.ts);
+  g_assert_cmpint (rb_zero (f.rb, CHUNK, x, 0), ==, 0);
+  memset (f.model + x, 0, CHUNK);
+  ts_sync_until_ok (f.rb);
+  j = (struct ext_job) { .rb = f.rb, .off = x };
+  ext_main (&j);
+  g_assert_cmpint (j.r, ==, 0);
+  g_assert_cmpuint (j.type, ==, RB_EXTENT_HOLE | RB_EXTENT_ZERO);
+
+  v1 = fx_random (&f, CHUNK);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v1, CHUNK, x, 0);
+  ts_gate_wait (g);                     /* X CLEAN, store still a hole */
+  j = (struct ext_job) { .rb = f.rb, .off = x };
+  t = g_thread_new ("extents", ext_main, &j);
+  TS_WAIT (waiters (&f.rb->rl.released) > 0 || rb_atomic_load (&j.done),
+           "block status to wait for the write back");
+  ts_gate_open (g);
+  g_thread_join (t);
+  g_assert_cmpint (j.r, ==, 0);
+  if (j.type != 0)
+    g_error ("block status during a write back: chunk %" PRIu64 " holds "
+             "data but was reported as type %" PRIu32 " (the store's old "
+             "hole)", x / CHUNK, j.type);
+  fx_finish (&f, "block status during a write back");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -1666,5 +1742,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);
+  g_test_add_func ("/interleave/extents-during-store",
+                   test_extents_during_store);
   return g_test_run ();
 }

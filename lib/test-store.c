@@ -39,6 +39,7 @@ struct tstore {
   pthread_cond_t cond;
   uint64_t size;
   uint8_t *pending, *durable;
+  bool holes;                   /* next_data reports holes */
   int fail_writes, fail_syncs;
   bool flushing;                /* a flush is in progress */
   GArray *log;                  /* struct ts_rec, in arrival order */
@@ -286,9 +287,60 @@ ts_close (struct rb_store *s)
   g_free (s);
 }
 
+/* next_data: all data, unless ts_report_holes said otherwise; then: what reads sees, in blocks of
+ * TS_HOLE_BLOCK bytes; a block of zeroes is a hole.
+ */
+#define TS_HOLE_BLOCK 4096
+
+static bool
+block_is_zero (struct tstore *ts, uint64_t b)
+{
+  uint64_t off = b * TS_HOLE_BLOCK, n = MIN (TS_HOLE_BLOCK, ts->size - off);
+  uint64_t i;
+
+  for (i = 0; i < n; i++)
+    if (ts->pending[off + i])
+      return false;
+  return true;
+}
+
+static int
+ts_next_data (struct rb_store *s, uint64_t offset, uint64_t *data,
+              uint64_t *hole)
+{
+  struct tstore *ts = s->handle;
+  uint64_t nb = (ts->size + TS_HOLE_BLOCK - 1) / TS_HOLE_BLOCK;
+  uint64_t b = offset / TS_HOLE_BLOCK;
+
+  pthread_mutex_lock (&ts->lock);
+  if (!ts->holes) {
+    *data = MIN (offset, ts->size);
+    *hole = ts->size;
+    pthread_mutex_unlock (&ts->lock);
+    return 0;
+  }
+  while (b < nb && block_is_zero (ts, b))
+    b++;
+  *data = b < nb ? MAX (offset, b * TS_HOLE_BLOCK) : ts->size;
+  while (b < nb && !block_is_zero (ts, b))
+    b++;
+  *hole = MIN (b * TS_HOLE_BLOCK, ts->size);
+  pthread_mutex_unlock (&ts->lock);
+  return 0;
+}
+
 static const struct rb_store_ops ts_ops = {
   .name = "test", .submit = ts_submit, .flush = ts_flush, .close = ts_close,
+  .next_data = ts_next_data,
 };
+
+void
+ts_report_holes (struct tstore *ts)
+{
+  pthread_mutex_lock (&ts->lock);
+  ts->holes = true;
+  pthread_mutex_unlock (&ts->lock);
+}
 
 struct tstore *
 ts_new (uint64_t size, const uint8_t *init)

@@ -113,6 +113,11 @@ extern struct tstore *ts_new (uint64_t size, const uint8_t *init);
 extern struct rb_store *ts_store (struct tstore *ts);
 extern void ts_free (struct tstore *ts);
 
+/* From now on next_data reports holes: blocks of 4 KiB that read as
+ * zeroes (before it, all is data).
+ */
+extern void ts_report_holes (struct tstore *ts);
+
 /* Tag the calling thread's requests (a string that outlives them). */
 extern void ts_set_tag (const char *tag);
 

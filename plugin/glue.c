@@ -179,3 +179,24 @@ ramback_glue_cache (uint32_t count, uint64_t offset)
 {
   return result (rb_cache (ramback_rb, count, offset));
 }
+
+/* rb_extents' types are NBD's, so nbdkit's too. */
+_Static_assert (RB_EXTENT_HOLE == NBDKIT_EXTENT_HOLE &&
+                RB_EXTENT_ZERO == NBDKIT_EXTENT_ZERO,
+                "rb_extents' types are nbdkit's");
+
+static int
+add_extent (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
+{
+  return nbdkit_add_extent (opaque, offset, length, type);
+}
+
+int
+ramback_glue_extents (uint32_t count, uint64_t offset, uint32_t flags,
+                      struct nbdkit_extents *extents)
+{
+  return result (rb_extents (ramback_rb, count, offset,
+                             (flags & NBDKIT_FLAG_REQ_ONE)
+                             ? RB_EXTENTS_REQ_ONE : 0,
+                             add_extent, extents));
+}

@@ -55,5 +55,12 @@ extern int ramback_glue_trim (uint32_t count, uint64_t offset,
                               uint32_t flags);
 extern int ramback_glue_flush (void);
 extern int ramback_glue_cache (uint32_t count, uint64_t offset);
+/* Block status into nbdkit's extents list; flags are nbdkit's
+ * (NBDKIT_FLAG_REQ_ONE).
+ */
+struct nbdkit_extents;
+extern int ramback_glue_extents (uint32_t count, uint64_t offset,
+                                 uint32_t flags,
+                                 struct nbdkit_extents *extents);
 
 #endif /* RAMBACK_PLUGIN_GLUE_H */

@@ -154,6 +154,15 @@ ramback_can_cache (void *handle)
   return NBDKIT_CACHE_NATIVE;
 }
 
+/* Block status: zeroed and trimmed chunks and the store's holes read
+ * as zeroes, so sparse copies skip them (lib/engine/extents.c).
+ */
+static int
+ramback_can_extents (void *handle)
+{
+  return 1;
+}
+
 static int
 ramback_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
@@ -192,6 +201,14 @@ ramback_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   return ramback_glue_cache (count, offset) == -1 ? fail () : 0;
 }
 
+static int
+ramback_extents (void *handle, uint32_t count, uint64_t offset,
+                 uint32_t flags, struct nbdkit_extents *extents)
+{
+  return ramback_glue_extents (count, offset, flags, extents) == -1
+    ? fail () : 0;
+}
+
 static struct nbdkit_plugin plugin = {
   .name              = "ramback",
   .version           = PACKAGE_VERSION,
@@ -214,12 +231,14 @@ static struct nbdkit_plugin plugin = {
   .can_zero          = ramback_can_zero,
   .can_fast_zero     = ramback_can_fast_zero,
   .can_cache         = ramback_can_cache,
+  .can_extents       = ramback_can_extents,
   .pread             = ramback_pread,
   .pwrite            = ramback_pwrite,
   .zero              = ramback_zero,
   .trim              = ramback_trim,
   .flush             = ramback_flush,
   .cache             = ramback_cache,
+  .extents           = ramback_extents,
   .errno_is_preserved = 0,
 };
 

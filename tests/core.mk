@@ -13,6 +13,7 @@ core_tests = \
 	test-error-backing.sh \
 	test-acked-durable.sh \
 	test-zero-punch.sh \
+	test-extents.sh \
 	test-ram-file.sh \
 	test-ram-tmpfs-full.sh \
 	test-ram-hugetlbfs.sh \

@@ -27,6 +27,7 @@ filter_form_tests = \
 	test-sigterm-drain.filter \
 	test-lifecycle-log.filter \
 	test-remote-qemu-nbd.filter \
+	test-extents.filter \
 	$(NULL)
 TESTS += $(filter_form_tests)
 CLEANFILES += $(filter_form_tests)
