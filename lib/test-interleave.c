@@ -236,6 +236,28 @@ struct fx {
   GRand *r;
 };
 
+/* The fixture over the gated store with configuration *c (its
+ * store_override is set here); started (and populated, with populate)
+ * if start.
+ */
+static void
+fx_open_cfg (struct fx *f, guint32 seed, struct rb_config *c, bool start)
+{
+  f->r = g_rand_new_with_seed (seed);
+  f->model = g_malloc (SIZE);
+  ts_fill_random (f->r, f->model, SIZE);
+  f->ts = ts_new (SIZE, f->model);
+  c->store_override = ts_store (f->ts);
+  f->rb = rb_open (c);
+  if (f->rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  if (start) {
+    g_assert_cmpint (rb_start (f->rb), ==, 0);
+    if (c->populate)
+      g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
+  }
+}
+
 static void
 fx_open_cs (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
             bool start, uint64_t dirty_max, uint32_t chunk_size)
@@ -244,19 +266,7 @@ fx_open_cs (struct fx *f, guint32 seed, bool fsync_wait, bool populate,
                          .fsync_wait = fsync_wait, .dirty_max = dirty_max,
                          .store.tls_verify_peer = -1 };
 
-  f->r = g_rand_new_with_seed (seed);
-  f->model = g_malloc (SIZE);
-  ts_fill_random (f->r, f->model, SIZE);
-  f->ts = ts_new (SIZE, f->model);
-  c.store_override = ts_store (f->ts);
-  f->rb = rb_open (&c);
-  if (f->rb == NULL)
-    g_error ("rb_open: %s", rb_get_error ());
-  if (start) {
-    g_assert_cmpint (rb_start (f->rb), ==, 0);
-    if (populate)
-      g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
-  }
+  fx_open_cfg (f, seed, &c, start);
 }
 
 static void
@@ -1319,17 +1329,8 @@ test_zero_nb_window (void)
     return;
   }
   unlink (ram);
-  f.r = g_rand_new_with_seed (109);
-  f.model = g_malloc (SIZE);
-  ts_fill_random (f.r, f.model, SIZE);
-  f.ts = ts_new (SIZE, f.model);
-  c.store_override = ts_store (f.ts);
   c.ram = ram;
-  f.rb = rb_open (&c);
-  if (f.rb == NULL)
-    g_error ("rb_open: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (f.rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_open_cfg (&f, 109, &c, true);
   d = fx_random (&f, CHUNK);
   fx_write (&f, d, CHUNK, x, 0);
   ts_sync_until_ok (f.rb);              /* D stored, X clean, NB gone */
@@ -1372,16 +1373,7 @@ test_sweep_syncs (void)
   size_t before;
   int i;
 
-  f.r = g_rand_new_with_seed (113);
-  f.model = g_malloc (SIZE);
-  ts_fill_random (f.r, f.model, SIZE);
-  f.ts = ts_new (SIZE, f.model);
-  c.store_override = ts_store (f.ts);
-  f.rb = rb_open (&c);
-  if (f.rb == NULL)
-    g_error ("rb_open: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (f.rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_open_cfg (&f, 113, &c, true);
   before = ts_count (f.ts, &mf);
   for (i = 0; i < 4; i++) {
     g_autofree uint8_t *b = fx_random (&f, SIZE / 4);
@@ -1451,17 +1443,8 @@ fx_open_journal (struct fx *f, guint32 seed)
   g_assert_cmpint (fd, >=, 0);
   g_assert_cmpint (ftruncate (fd, 4 * MiB), ==, 0);
   close (fd);
-  f->r = g_rand_new_with_seed (seed);
-  f->model = g_malloc (SIZE);
-  ts_fill_random (f->r, f->model, SIZE);
-  f->ts = ts_new (SIZE, f->model);
-  c.store_override = ts_store (f->ts);
   c.journal = jpath;
-  f->rb = rb_open (&c);
-  if (f->rb == NULL)
-    g_error ("rb_open: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (f->rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_open_cfg (f, seed, &c, true);
   return jpath;
 }
 
