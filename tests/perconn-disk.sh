@@ -15,7 +15,9 @@
 #   PERCONN_NOFLUSH  if set, the disk cannot flush at all (can_flush false)
 #
 # Thread model serialize_requests: connections run in parallel, each one
-# request at a time, so a connection's list needs no locking.
+# request at a time, so a connection's list needs no locking.  Zeroes
+# and trims (a trim zeroes here) are cached and flushed like writes, and
+# their handles go to "zeroers".
 
 set -e
 method=$1
@@ -33,6 +35,7 @@ case "$method" in
     can_write) exit 0 ;;
     can_flush) [ -z "$PERCONN_NOFLUSH" ] || exit 3 ;;
     can_fua) echo none ;;
+    can_zero|can_trim) exit 0 ;;
     can_multi_conn) exit 3 ;;
     pread)
         disk_pread "$PERCONN_IMG" "$3" "$4"
@@ -41,6 +44,11 @@ case "$method" in
         disk_pwrite "$PERCONN_IMG" "$4"
         echo "$4 $3" >> "$PERCONN_DIR/$2"
         echo "$2" >> "$PERCONN_DIR/writers"
+        ;;
+    zero|trim)
+        disk_zero "$PERCONN_IMG" "$3" "$4"
+        echo "$4 $3" >> "$PERCONN_DIR/$2"
+        echo "$2" >> "$PERCONN_DIR/zeroers"
         ;;
     flush)
         while read -r off count; do

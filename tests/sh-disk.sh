@@ -14,6 +14,12 @@ disk_pwrite () {
        conv=notrunc seek="$2" status=none
 }
 
+# disk_zero IMG COUNT OFFSET: the sh plugin's zero (and trim): zeroes.
+disk_zero () {
+    dd if=/dev/zero of="$1" bs=64K iflag=count_bytes oflag=seek_bytes \
+       conv=notrunc seek="$3" count="$2" status=none
+}
+
 # copy_range FROM TO OFFSET COUNT: the range, to the same offset.
 copy_range () {
     dd if="$1" of="$2" bs=64K iflag=skip_bytes,count_bytes oflag=seek_bytes \

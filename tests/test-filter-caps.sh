@@ -38,11 +38,11 @@ cp "$PERCONN_IMG" "$TMP/pc.model"
 RB_PLUGIN=(sh "$top_srcdir/tests/perconn-disk.sh")
 start_rb pc -- fsync=wait
 py - "$pc_uri" "$pc_ctl" "$PERCONN_DURABLE" "$TMP/pc.model" \
-   "$PERCONN_DIR/writers" <<'EOF'
+   "$PERCONN_DIR/writers" "$PERCONN_DIR/zeroers" <<'EOF'
 import random, sys
 import model as M
 
-uri, ctlpath, durable, modelf, writers = sys.argv[1:]
+uri, ctlpath, durable, modelf, writers, zeroers = sys.argv[1:]
 
 def nwriters ():
     with open (writers) as f:
@@ -88,6 +88,30 @@ def body ():
         h.flush ()
         m.check_file (durable, "durable image after FLUSH (round %d)" % rnd)
     M.log ("writes went through %d contexts in all" % nwriters ())
+    # Only zeroes and trims between two FLUSHes: the FLUSH must still
+    # reach every context they went through (whole chunks become holes
+    # sent as zero requests; the partial edges are written as data).
+    for mode in ("writeback", "writethrough"):
+        ctl ("mode " + mode)
+        for _ in range (6):
+            off, n = M.rand_extent (rng, m.size, 65536, 400000)
+            if rng.random () < 0.5:
+                h.zero (n, off)
+                m.zero (off, n)
+            else:
+                # What a trim leaves is unspecified: whatever reads see
+                # is what must be durable after the FLUSH.
+                h.trim (n, off)
+                m.write (off, h.pread (n, off))
+        h.flush ()
+        m.check_file (durable, "durable image after FLUSH of zeroes and "
+                      "trims only (%s)" % mode)
+    with open (zeroers) as f:
+        nz = len (set (l.strip () for l in f if l.strip ()))
+    M.log ("zeroes and trims went through %d contexts" % nz)
+    if nz < 2:
+        M.fail ("zeroes and trims reached %d context(s) as zero requests: "
+                "the test tests nothing" % nz)
     h.shutdown ()
     m.save (modelf)
 
