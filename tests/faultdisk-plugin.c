@@ -33,13 +33,16 @@
  * first line of a reply is "ok" or "error: MESSAGE"; data lines follow.
  * tests/remote-functions.sh wraps this (fd_cmd, fd_wait).  Commands:
  *
- *   stall OP [nth=N | offset=OFF]
+ *   stall OP [nth=N | offset=OFF] [times=T]
  *       Arm a stall: hold the Nth OP request from now (default the
  *       first) or the first OP request whose range holds byte OFF.  A
  *       held request gets no reply until it is released; the other
  *       requests go on (the thread model is parallel).  Replies
  *       "id=ID".  OP is read, write, zero, flush or store (write or
- *       zero).
+ *       zero).  times=T arms T such rules at once (one command, so no
+ *       request passes between them): "stall flush times=8" holds the
+ *       next 8 FLUSHes, as a client that flushes each of its
+ *       connections needs; replies the first rule's id.
  *   release ID|all [apply|fail|drop]
  *       Release the request held by stall ID (or all held ones).
  *       apply (default): perform it now, then reply; it lands on the
@@ -54,10 +57,12 @@
  *   fail OP [nth=N | offset=OFF] [errno=EIO|ENOSPC|EPERM|EINVAL]
  *       The matching request fails once with that errno (default EIO),
  *       without being performed.  "fail flush" fails the next FLUSH.
- *   powercut [seed=N] [keep=PCT] [torn=PCT]
+ *   powercut [seed=N] [keep=PCT] [torn=PCT] [tear=any|one]
  *       durable= only.  Each unflushed write, in order, is kept whole
  *       (keep%, default 33), torn (torn%, default 33: each of its
- *       512-byte sectors kept or not at random) or lost (the rest),
+ *       512-byte sectors kept or not at random; with tear=one, exactly
+ *       one sector of it, picked at random, is lost and the others
+ *       kept: the least damage a checksum must see) or lost (the rest),
  *       with a PRNG seeded by seed= (default 1), so a failing run can
  *       be replayed.  The survivors are written to DUR and synced, IMG
  *       becomes a copy of DUR, held requests are failed, every request
@@ -678,7 +683,8 @@ static void
 cmd_rule (enum rule_kind kind, char **w, int nw, char *reply, size_t len)
 {
   struct rule r = { .state = RS_ARMED, .kind = kind, .nth = 1, .err = EIO };
-  int i;
+  uint64_t times = 1, t;
+  int i, first = -1;
 
   if (nw < 2 || parse_op (w[1], &r.ops) == -1)
     ERROR ("usage: %s read|write|zero|store|flush [nth=N|offset=OFF]%s",
@@ -693,6 +699,11 @@ cmd_rule (enum rule_kind kind, char **w, int nw, char *reply, size_t len)
         ERROR ("bad %s: an offset inside the disk is needed", w[i]);
       r.by_offset = true;
     }
+    else if (kind == R_STALL && strncmp (w[i], "times=", 6) == 0) {
+      if (parse_u64 (w[i] + 6, &times) == -1 || times == 0 ||
+          times > MAX_RULES)
+        ERROR ("bad %s: 1 to %d rules", w[i], MAX_RULES);
+    }
     else if (kind == R_FAIL && strncmp (w[i], "errno=", 6) == 0) {
       if ((r.err = parse_errno (w[i] + 6)) == 0)
         ERROR ("bad %s: EIO, ENOSPC, EPERM, EINVAL, ENOMEM or ESHUTDOWN",
@@ -703,14 +714,20 @@ cmd_rule (enum rule_kind kind, char **w, int nw, char *reply, size_t len)
   }
   if (r.by_offset && r.ops == OPBIT (OP_FLUSH))
     ERROR ("a flush has no offset");
-  for (i = 0; i < MAX_RULES; i++)
+  for (i = 0, t = 0; i < MAX_RULES; i++)
     if (st.rules[i].state == RS_FREE)
-      break;
-  if (i == MAX_RULES)
+      t++;
+  if (t < times)
     ERROR ("too many rules armed or held (%d)", MAX_RULES);
-  r.id = st.next_id++;
-  st.rules[i] = r;
-  REPLY ("ok\nid=%d\n", r.id);
+  for (i = 0, t = 0; i < MAX_RULES && t < times; i++)
+    if (st.rules[i].state == RS_FREE) {
+      r.id = st.next_id++;
+      st.rules[i] = r;
+      if (first == -1)
+        first = r.id;
+      t++;
+    }
+  REPLY ("ok\nid=%d\n", first);
 }
 
 static void
@@ -758,6 +775,7 @@ cmd_powercut (char **w, int nw, char *reply, size_t len)
 {
   uint64_t seed = 1, keep = 33, torn = 33, nkeep = 0, ntorn = 0, nlost = 0;
   struct record *rec, *next;
+  bool tear_one = false;
   int i;
 
   if (st.dfd < 0)
@@ -769,6 +787,8 @@ cmd_powercut (char **w, int nw, char *reply, size_t len)
       if (parse_u64 (w[i] + 5, &seed) == -1)
         ERROR ("bad %s", w[i]);
     }
+    else if (strcmp (w[i], "tear=one") == 0 || strcmp (w[i], "tear=any") == 0)
+      tear_one = w[i][5] == 'o';
     else if (strncmp (w[i], "keep=", 5) == 0) {
       if (parse_u64 (w[i] + 5, &keep) == -1 || keep > 100)
         ERROR ("bad %s: a percentage", w[i]);
@@ -798,6 +818,9 @@ cmd_powercut (char **w, int nw, char *reply, size_t len)
     }
     else if (dice < keep + torn) {
       uint64_t pos = rec->offset;
+      uint64_t nsec = (rec->offset + rec->count + SECTOR - 1) / SECTOR -
+        rec->offset / SECTOR;
+      uint64_t lose = tear_one ? rnd (&seed) % nsec : 0, sec = 0;
 
       ntorn++;
       while (pos < rec->offset + rec->count) {
@@ -807,7 +830,7 @@ cmd_powercut (char **w, int nw, char *reply, size_t len)
         if (end > rec->offset + rec->count)
           end = rec->offset + rec->count;
         n = end - pos;
-        if (rnd (&seed) & 1) {
+        if (tear_one ? sec++ != lose : rnd (&seed) & 1) {
           if ((rec->data
                ? full_pwrite (st.dfd, rec->data + (pos - rec->offset), n, pos)
                : write_zeroes (st.dfd, n, pos)) == -1)

@@ -3,11 +3,12 @@
 
   journal-crash.py client URI SEED SIZE ACKLOG [PART NPARTS]
       Writes op 0, 1, 2, ... to the device, in order, one at a time,
-      with a FLUSH after every few writes, until a request fails (the
-      server was killed).  After each acknowledgement it appends to
-      ACKLOG "w I ISSUED ACKED" (write I, with the monotonic times it
-      was sent and acknowledged) or "f N ISSUED" (a FLUSH sent at
-      ISSUED after N writes were acknowledged was acknowledged).  With
+      with a FLUSH after every few writes and the FUA flag on some
+      writes, until a request fails (the server was killed).  After
+      each acknowledgement it appends to ACKLOG "w I ISSUED ACKED"
+      (write I, with the monotonic times it was sent and acknowledged;
+      "u I ISSUED ACKED" for a FUA write) or "f N ISSUED" (a FLUSH sent
+      at ISSUED after N writes were acknowledged was acknowledged).  With
       PART and NPARTS the client owns part PART of NPARTS equal parts of
       the device, and several clients (connections) run at once.
 
@@ -18,7 +19,8 @@
       consistent with the order of acknowledgements (no write in the
       image was sent after a write missing from it was acknowledged).
       With fsync=wait every write acknowledged before an acknowledged
-      FLUSH was sent, on any connection, must be in the image.
+      FLUSH was sent, on any connection, must be in the image, and so
+      must every acknowledged FUA write.
 
 Op I of a part is derived from (SEED, PART, I) alone, so the checker
 regenerates what the client wrote.  Every 512-byte sector of op I
@@ -63,9 +65,11 @@ def client (uri, seed, size, acklog, part=0, nparts=1):
     try:
         while True:
             off, data = op (seed, part, i, psize)
+            fua = rng.random () < 0.1
             t0 = time.monotonic ()
-            h.pwrite (data, base + off)
-            log.write ("w %d %.6f %.6f\n" % (i, t0, time.monotonic ()))
+            h.pwrite (data, base + off, nbd.CMD_FLAG_FUA if fua else 0)
+            log.write ("%s %d %.6f %.6f\n"
+                       % ("u" if fua else "w", i, t0, time.monotonic ()))
             i += 1
             if rng.random () < 0.2:
                 n = i
@@ -79,16 +83,19 @@ def client (uri, seed, size, acklog, part=0, nparts=1):
 
 def read_log (path):
     """[(issued, acked)] of the acknowledged writes, [issued] of the
-    acknowledged FLUSHes."""
-    writes, flushes = [], []
+    acknowledged FLUSHes, and how many writes the last acknowledged FUA
+    write ends (0 if none)."""
+    writes, flushes, fua = [], [], 0
     for line in open (path):
         w = line.split ()
-        if w[0] == "w":
+        if w[0] in ("w", "u"):
             assert int (w[1]) == len (writes), path
             writes.append ((float (w[2]), float (w[3])))
+            if w[0] == "u":
+                fua = len (writes)
         else:
             flushes.append (float (w[2]))
-    return writes, flushes
+    return writes, flushes, fua
 
 
 def check (image, seed, size, fsync, acklogs):
@@ -138,9 +145,13 @@ def check (image, seed, size, fsync, acklogs):
                           "is in the image, and was sent after part %d's "
                           "write %d, which is not, was acknowledged"
                           % (q, ks[q] - 1, p, ks[p]))
-    # fsync=wait: what an acknowledged FLUSH covers is there.
+    # fsync=wait: what an acknowledged FLUSH covers is there, and so is
+    # an acknowledged FUA write (with the prefix before it, since the
+    # image is a point in time).
     covered = [0] * nparts
     if fsync == "wait":
+        for p in range (nparts):
+            covered[p] = logs[p][2]
         for p in range (nparts):
             for tf in logs[p][1]:
                 for q in range (nparts):
@@ -149,10 +160,11 @@ def check (image, seed, size, fsync, acklogs):
         for p in range (nparts):
             if ks[p] < covered[p]:
                 sys.exit ("FAIL: part %d is the part after %d writes, but %d "
-                          "were covered by an acknowledged FLUSH"
-                          % (p, ks[p], covered[p]))
+                          "were covered by an acknowledged FLUSH or FUA "
+                          "write" % (p, ks[p], covered[p]))
     print ("ok: a point in time: %s" % ", ".join (
-        "part %d after %d writes (%d acknowledged, %d covered by a FLUSH)"
+        "part %d after %d writes (%d acknowledged, %d covered by a FLUSH "
+        "or FUA)"
         % (p, ks[p], len (logs[p][0]), covered[p]) for p in range (nparts)))
 
 

@@ -14,6 +14,11 @@
 # odd rounds start ramback again on what survived (recovery at open)
 # and stop it; even rounds run "ramback recover" offline, twice (it must
 # be idempotent).  The backing image alone must then pass the checker.
+# Some writes carry FUA: with fsync=wait an acknowledged one must survive.
+# One round in three (TORN_ROUNDS) holds the journal's sync before the
+# kill, so the last transaction is written and unsynced when the power
+# goes: most of its writes are torn (its commit block may survive while
+# its data does not), and recovery must end the journal before it.
 #
 # JOURNAL_CRASH_ROUNDS=N rounds (default 6), SEED=N the first seed.
 # JOURNAL_CRASH_REPLAY_CUT=1 (test-journal-replay-cut.sh): before that
@@ -94,14 +99,31 @@ for (( round=0; round<rounds; round++ )); do
     done
     [ "$(cat "${acks[@]}" | wc -l)" -ge "$cut" ] || fail "the client stalled"
 
+    jcut=()
+    if [ -z "$plain" ] && (( round % 3 == 1 )); then
+        # Hold the next journal sync (a FLUSH on each connection of the
+        # NBD store): the commit that the client's next FLUSH asks for
+        # (or the commit interval's) is then written, and not durable.
+        fd_cmd jr stall flush times=8 >/dev/null
+        for (( i=0; i<600; i++ )); do
+            [ "$(fd_field jr held)" -ge 1 ] && break
+            sleep 0.05
+        done
+        [ "$(fd_field jr held)" -ge 1 ] ||
+            fail "no journal sync came to be held"
+        echo "journal sync held with $(fd_field jr unflushed_writes)" \
+             "unflushed writes"
+        jcut=(keep=0 torn=100 tear=one)
+    fi
     kill -9 "$rb_pid"
     wait "$rb_job" 2>/dev/null || true
     fd_cmd bk powercut seed="$seed" >/dev/null
-    fd_cmd jr powercut seed="$(( seed + 1000 ))" >/dev/null
+    echo "journal power cut:" \
+         $(fd_cmd jr powercut seed="$(( seed + 1000 ))" "${jcut[@]}")
     wait "${clients[@]}"
     kill_remote bk
     kill_remote jr
-    echo "acknowledged: $(cat "${acks[@]}" | grep -c '^w') writes" \
+    echo "acknowledged: $(cat "${acks[@]}" | grep -c '^[wu]') writes" \
          "on $nparts connection(s)"
 
     if [ -n "$replaycut" ]; then
@@ -111,11 +133,9 @@ for (( round=0; round<rounds; round++ )); do
         # three) at the FLUSH that ends it: a FLUSH on each connection
         # of the NBD store, so all of them are held (one unheld FLUSH
         # would make every write durable).
-        stall="write nth=$(( 1 + RANDOM % 24 ))" nstall=1
-        (( RANDOM % 3 )) || stall="flush" nstall=8
-        for (( i=0; i<nstall; i++ )); do
-            fd_cmd bk stall $stall >/dev/null
-        done
+        stall="write nth=$(( 1 + RANDOM % 24 ))"
+        (( RANDOM % 3 )) || stall="flush times=8"
+        fd_cmd bk stall $stall >/dev/null
         if (( round % 2 )); then
             rb_cmdline back="$bk_uri" journal="$jr_uri" \
                 control="$TMP/cut.ctl"
