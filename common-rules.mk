@@ -8,7 +8,8 @@ AM_LDFLAGS = $(SANITIZER_CFLAGS)
 RB_ENV_CPPFLAGS = -I$(top_srcdir)/lib/env/posix
 # lib/'s layers (lib/Makefile.am lists them), all on the include path so
 # a file includes "chunkmap.h" wherever it lives.
-RB_LIB_CPPFLAGS = -I$(top_srcdir)/lib -I$(top_srcdir)/lib/env \
+RB_LIB_CPPFLAGS = $(RB_LAYERS_CPPFLAGS) $(RB_ENV_CPPFLAGS)
+RB_LAYERS_CPPFLAGS = -I$(top_srcdir)/lib -I$(top_srcdir)/lib/env \
 	-I$(top_srcdir)/lib/ds -I$(top_srcdir)/lib/engine \
 	-I$(top_srcdir)/lib/ram -I$(top_srcdir)/lib/store \
-	-I$(top_srcdir)/lib/journal $(RB_ENV_CPPFLAGS)
+	-I$(top_srcdir)/lib/journal

@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback-sim: the model of acknowledged operations.
+ *
+ * The device is modelled in units of 512 bytes (every request of the
+ * workload is unit aligned).  A write of record id fills each unit u
+ * with a pattern made from (id, u), so a unit read back names the write
+ * it came from, and a unit that is neither a whole pattern nor zeroes
+ * is garbage (a torn or misplaced copy).
+ *
+ * Each unit keeps the ids of the last SIM_HIST acknowledged writes over
+ * it, in acknowledgement order (sim_unit_hist).  Logical time ticks at
+ * every request's start and end, and a record keeps both, so two
+ * requests are concurrent when each started before the other ended.
+ *
+ * A read that began at ts may return, per unit: the newest write
+ * answered before ts (P) and every write concurrent with P, every write
+ * answered after ts, and any write still in flight (linearizability:
+ * overlapping requests are unordered).  A failed write may or may not
+ * have happened: it is allowed, and never counts as P.
+ *
+ * Durability: a record is durable if its own contract made it so (FUA
+ * under fsync=wait) or it was acknowledged before a FLUSH or sync that
+ * succeeded by contract began (ack <= durable_seq).  After a crash or
+ * power cut a unit may hold, newest first, any write back to the newest
+ * durable one D, any write concurrent with D, or a write whose process
+ * died before answering it (orphan).  What the restart finds is noted
+ * as an alias record, so that later reads and crashes count from it.
+ *
+ * A unit with more than SIM_HIST writes since its newest durable one is
+ * not checked after a crash (the model does not know how far back it
+ * may go); with syncs in every workload that is rare.
+ */
+
+#include <config.h>
+
+#include <string.h>
+
+#include "sim.h"
+
+uint64_t
+model_tick (void)
+{
+  return ++sim->clock;
+}
+
+static struct sim_rec *
+rec (uint32_t id)
+{
+  return &sim->recs[id];
+}
+
+static uint32_t
+new_rec (enum sim_rec_kind kind, uint32_t u0, uint32_t nu)
+{
+  struct sim_rec *r;
+
+  if (sim->nrecs >= sim->maxrecs)
+    sim_fail ("model: out of records (%u)", sim->maxrecs);
+  r = rec (sim->nrecs);
+  memset (r, 0, sizeof *r);
+  r->kind = kind;
+  r->u0 = u0;
+  r->nu = nu;
+  r->value = kind == REC_ZERO ? 0 : sim->nrecs;
+  return sim->nrecs++;
+}
+
+static uint64_t
+mix (uint64_t x)
+{
+  x ^= x >> 33;
+  x *= UINT64_C (0xff51afd7ed558ccd);
+  x ^= x >> 33;
+  x *= UINT64_C (0xc4ceb9fe1a85ec53);
+  x ^= x >> 33;
+  return x;
+}
+
+static void
+fill_unit (uint32_t value, uint32_t u, uint8_t *p)
+{
+  uint64_t x = mix (((uint64_t) value << 32) | u), w[SIM_UNIT / 8];
+  size_t i;
+
+  if (value == 0) {
+    memset (p, 0, SIM_UNIT);
+    return;
+  }
+  w[0] = value;
+  w[1] = u;
+  for (i = 2; i < SIM_UNIT / 8; i++)
+    w[i] = x = mix (x + i);
+  memcpy (p, w, SIM_UNIT);
+}
+
+void
+model_fill (uint32_t id, uint32_t u0, uint32_t n, uint8_t *buf)
+{
+  uint32_t i;
+
+  for (i = 0; i < n; i++)
+    fill_unit (rec (id)->value, u0 + i, buf + (size_t) i * SIM_UNIT);
+}
+
+/* The value a unit holds (a record's value), or -1 for garbage. */
+static int64_t
+decode (const uint8_t *p, uint32_t u)
+{
+  uint8_t want[SIM_UNIT];
+  uint64_t v, uu;
+  static const uint8_t zero[SIM_UNIT];
+
+  if (memcmp (p, zero, SIM_UNIT) == 0)
+    return 0;
+  memcpy (&v, p, 8);
+  memcpy (&uu, p + 8, 8);
+  if (uu != u || v == 0 || v >= sim->nrecs)
+    return -1;
+  fill_unit ((uint32_t) v, u, want);
+  return memcmp (p, want, SIM_UNIT) == 0 ? (int64_t) v : -1;
+}
+
+void
+model_init (bool initial_zero)
+{
+  uint32_t u, id;
+  struct sim_rec *r;
+
+  sim->nrecs = 1;               /* id 0 is never used */
+  id = new_rec (initial_zero ? REC_ZERO : REC_DATA, 0, sim->nunits);
+  r = rec (id);
+  r->start = r->end = model_tick ();
+  r->ack = ++sim->ack_seq;
+  r->fua_durable = 1;
+  for (u = 0; u < sim->nunits; u++) {
+    sim->hist[u].total = 1;
+    sim->hist[u].ids[0] = id;
+  }
+  /* The initial contents, on both images of the store. */
+  for (u = 0; u < sim->nunits; u++)
+    fill_unit (r->value, u, sim->back.pending + (size_t) u * SIM_UNIT);
+  memcpy (sim->back.durable, sim->back.pending, sim->back.size);
+}
+
+static void
+hist_append (uint32_t u, uint32_t id)
+{
+  struct sim_unit_hist *h = &sim->hist[u];
+
+  h->ids[h->total % SIM_HIST] = id;
+  h->total++;
+}
+
+static bool
+durable (const struct sim_rec *r)
+{
+  return !r->failed && (r->fua_durable ||
+                        (r->ack && r->ack <= sim->durable_seq));
+}
+
+uint32_t
+model_begin (int client, enum sim_rec_kind kind, uint32_t u0, uint32_t nu)
+{
+  uint32_t id = new_rec (kind, u0, nu);
+
+  rec (id)->start = model_tick ();
+  if (client >= 0)
+    sim->inflight[client] = id;
+  return id;
+}
+
+void
+model_end (int client, uint32_t id, bool ok, bool fua_durable)
+{
+  struct sim_rec *r = rec (id);
+  uint32_t u;
+
+  r->end = model_tick ();
+  r->ack = ++sim->ack_seq;
+  r->failed = !ok;
+  r->fua_durable = ok && fua_durable;
+  for (u = r->u0; u < r->u0 + r->nu; u++)
+    hist_append (u, id);
+  if (client >= 0)
+    sim->inflight[client] = 0;
+}
+
+uint64_t
+model_flush_begin (void)
+{
+  model_tick ();
+  return sim->ack_seq;
+}
+
+void
+model_flush_ok (uint64_t begin)
+{
+  if (begin > sim->durable_seq)
+    sim->durable_seq = begin;
+}
+
+static bool
+covers (const struct sim_rec *r, uint32_t u)
+{
+  return u >= r->u0 && u < r->u0 + r->nu;
+}
+
+/* Does value v at unit u belong to what a read that began at ts may
+ * return?  -1: the model cannot tell (history lost), 1 yes, 0 no.
+ */
+static int
+read_allows (uint32_t u, int64_t v, uint64_t ts)
+{
+  const struct sim_unit_hist *h = &sim->hist[u];
+  uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i;
+  const struct sim_rec *p = NULL;
+  int c;
+
+  for (c = 0; c < SIM_MAX_CLIENTS; c++)
+    if (sim->inflight[c] && covers (rec (sim->inflight[c]), u) &&
+        rec (sim->inflight[c])->value == v)
+      return 1;
+  for (i = 0; i < n; i++) {
+    const struct sim_rec *r = rec (h->ids[(h->total - 1 - i) % SIM_HIST]);
+
+    if (p == NULL) {
+      if (r->value == v)
+        return 1;
+      if (r->end < ts && !r->failed)
+        p = r;
+    }
+    else {
+      if (r->end <= p->start)
+        return 0;
+      if (r->value == v)
+        return 1;
+    }
+  }
+  return h->total > SIM_HIST ? -1 : 0;
+}
+
+/* A unit after a restart: newest first, back to the newest durable
+ * write and those concurrent with it; orphans too.
+ */
+static int
+crash_allows (uint32_t u, int64_t v)
+{
+  const struct sim_unit_hist *h = &sim->hist[u];
+  uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i;
+  const struct sim_rec *d = NULL;
+
+  for (i = 0; i < n; i++) {
+    const struct sim_rec *r = rec (h->ids[(h->total - 1 - i) % SIM_HIST]);
+
+    if (d && r->end <= d->start)
+      return 0;
+    if (r->value == v)
+      return 1;
+    if (d == NULL && durable (r))
+      d = r;
+  }
+  return d ? 0 : -1;
+}
+
+static void
+explain (char *out, size_t len, uint32_t u)
+{
+  const struct sim_unit_hist *h = &sim->hist[u];
+  uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i;
+  size_t o = 0;
+
+  for (i = 0; i < n && o < len - 60; i++) {
+    uint32_t id = h->ids[(h->total - 1 - i) % SIM_HIST];
+    const struct sim_rec *r = rec (id);
+    o += snprintf (out + o, len - o, " #%u(%s v%u t%" PRIu64 "-%" PRIu64
+                   "%s%s)", id, r->kind == REC_ZERO ? "zero" :
+                   r->kind == REC_ALIAS ? "found" : "data", r->value,
+                   r->start, r->end, durable (r) ? " durable" : "",
+                   r->failed ? " failed" : "");
+  }
+}
+
+void
+model_check_read (const uint8_t *buf, uint32_t u0, uint32_t n, uint64_t ts,
+                  const char *what)
+{
+  uint32_t i;
+
+  for (i = 0; i < n; i++) {
+    int64_t v = decode (buf + (size_t) i * SIM_UNIT, u0 + i);
+    char why[1200];
+
+    if (v < 0)
+      sim_fail ("%s: unit %u (byte %" PRIu64 ") holds garbage (no whole "
+                "write's data)", what, u0 + i, (uint64_t) (u0 + i) * SIM_UNIT);
+    if (read_allows (u0 + i, v, ts) == 0) {
+      explain (why, sizeof why, u0 + i);
+      sim_fail ("%s: unit %u (byte %" PRIu64 ") reads the data of #%"
+                PRId64 ", not allowed; its writes, newest first:%s", what,
+                u0 + i, (uint64_t) (u0 + i) * SIM_UNIT, v, why);
+    }
+    sim->reads_checked++;
+  }
+}
+
+void
+model_orphan_inflight (void)
+{
+  int c;
+
+  for (c = 0; c < SIM_MAX_CLIENTS; c++)
+    if (sim->inflight[c]) {
+      rec (sim->inflight[c])->orphan = 1;
+      sim->inflight[c] = 0;
+    }
+}
+
+void
+model_check_recovered (const uint8_t *buf, const char *what)
+{
+  uint32_t u, id;
+  uint64_t t = model_tick ();
+
+  for (u = 0; u < sim->nunits; u++) {
+    int64_t v = decode (buf + (size_t) u * SIM_UNIT, u);
+    const struct sim_unit_hist *h = &sim->hist[u];
+    bool orphan = false;
+    uint32_t i;
+    char why[1200];
+
+    if (v < 0)
+      sim_fail ("%s: unit %u (byte %" PRIu64 ") holds garbage after the "
+                "restart", what, u, (uint64_t) u * SIM_UNIT);
+    if (v == rec (h->ids[(h->total - 1) % SIM_HIST])->value)
+      continue;                 /* the newest: nothing lost */
+    /* An orphan's data (a write whose process died) may be there. */
+    for (i = sim->nrecs; i-- > 1 && !orphan; )
+      orphan = rec (i)->orphan && covers (rec (i), u) &&
+        rec (i)->value == v;
+    if (!orphan && crash_allows (u, v) == 0) {
+      explain (why, sizeof why, u);
+      sim_fail ("%s: unit %u (byte %" PRIu64 ") holds the data of #%"
+                PRId64 " after the restart: a write made durable was "
+                "lost; its writes, newest first:%s", what, u,
+                (uint64_t) u * SIM_UNIT, v, why);
+    }
+    id = new_rec (REC_ALIAS, u, 1);
+    rec (id)->value = (uint32_t) v;
+    rec (id)->start = rec (id)->end = t;
+    rec (id)->ack = ++sim->ack_seq;
+    hist_append (u, id);
+  }
+}
