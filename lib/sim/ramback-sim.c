@@ -211,7 +211,13 @@ open_engine (void)
   c.journal = k->journal ? journal : NULL;
   c.commit_interval_ms = k->commit_interval_ms;
   c.allow_overcommit = true;
-  sim_trace ("open (lifetime %u)", sim->lifetime);
+  sim_trace ("open (lifetime %u): size %" PRIu64 " chunk %" PRIu32
+             " %s fsync=%s%s%s dirty-max=%" PRIu64 " flush-delay=%" PRIu32
+             " clients %d switch %u", sim->lifetime, k->size, k->chunk_size,
+             k->writethrough ? "writethrough" : "writeback",
+             k->fsync_wait ? "wait" : "ignore", k->journal ? " journal" : "",
+             k->ram ? " ram" : "", k->dirty_max, k->flush_delay_ms,
+             k->clients, k->switch_permille);
   rb = rb_open (&c);
   if (rb == NULL)
     sim_fail ("rb_open failed: %s", rb_get_error ());
@@ -357,10 +363,16 @@ do_op (int c)
   else if (op < 95) {
     uint64_t b = model_flush_begin ();
 
+    ts = sim->clock;
     r = rb_flush (rb);
     sim_trace ("flush = %d", r);
-    if (r == 0 && sim->cfg.fsync_wait)
+    if (r == 0 && sim->cfg.fsync_wait) {
       model_flush_ok (b);
+      /* Without a journal the store itself is what FLUSH made durable. */
+      if (!sim->cfg.journal)
+        model_check_read (sim->back.durable, 0, sim->nunits, ts,
+                          "the store's durable image after FLUSH");
+    }
   }
   else {
     r = rb_cache (rb, len, off);
@@ -464,6 +476,22 @@ clean_stop (const char *why)
                     "the store after a clean stop");
 }
 
+/* Control sync: OK means the backing store itself (its durable image)
+ * holds every write acknowledged before the sync began, with journal=
+ * too (not only the journal).
+ */
+static void
+sync_store (void)
+{
+  uint64_t b = model_flush_begin (), ts = sim->clock;
+
+  if (!control ("sync"))
+    return;
+  model_flush_ok (b);
+  model_check_read (sim->back.durable, 0, sim->nunits, ts,
+                    "the store's durable image after sync answered OK");
+}
+
 static void
 fault_window (struct sim_disk *d)
 {
@@ -489,17 +517,11 @@ nemesis (void)
     last_progress_ns = rb_now_ns ();
     if (e < 100)
       control (sim_rand_below (2) ? "mode writethrough" : "mode writeback");
-    else if (e < 250) {
-      uint64_t b = model_flush_begin ();
-      if (control ("sync"))
-        model_flush_ok (b);
-    }
+    else if (e < 250)
+      sync_store ();
     else if (e < 280) {         /* a UPS on battery: writethrough, sync */
-      uint64_t b;
       control ("mode writethrough");
-      b = model_flush_begin ();
-      if (control ("sync"))
-        model_flush_ok (b);
+      sync_store ();
     }
     else if (e < 400)
       fault_window (sim->cfg.journal && sim_rand_below (2)

@@ -66,6 +66,10 @@ apply (struct sim_disk *d, const struct rb_io *io, const uint8_t *data)
   for (s = io->offset / SIM_UNIT; s <= (io->offset + io->count - 1) / SIM_UNIT;
        s++)
     d->dirty[s] = 1;
+  if (sim->cfg.verbose)
+    fprintf (stderr, "    %s: %s %" PRIu64 "+%" PRIu64 "%s\n", d->name,
+             io->op == RB_IO_ZERO ? "ZERO" : "WRITE", io->offset, io->count,
+             io->fua ? " fua" : "");
   if (io->fua && d->can_fua) {
     memcpy (d->durable + io->offset, d->pending + io->offset, io->count);
     /* Whole sectors only: the dirty bit covers a sector. */
@@ -162,6 +166,8 @@ disk_flush (struct rb_store *s)
               SIM_UNIT);
     d->dirty[sec] = 0;
   }
+  if (sim->cfg.verbose)
+    fprintf (stderr, "    %s: FLUSH%s\n", d->name, fail ? " failed" : "");
   if (fail) {
     rb_set_error (d->fail_errno, "%s: injected sync failure", d->name);
     return -1;
