@@ -312,8 +312,10 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
  * one zero request.  A chunk that is no longer ZERO is left alone: a
  * write landed in it since collect() (a writethrough or FUA write may
  * already be stored, synced and acknowledged), and a zero request over
- * it would destroy that write on the store.  It is dirty, and a later
- * sweep writes it back.  The requests cover exactly the chunks moved.
+ * it would destroy that write on the store.  It is dirty, and the sweep
+ * goes back to it (*rewind): the sync tickets the sweep answers may
+ * count on the zero being stored.  The requests cover exactly the
+ * chunks moved.
  * When the batch has no request left for another gap, the rest of the
  * run stays ZERO and *rewind says where the sweep goes on.  Returns the
  * chunks taken.
@@ -334,6 +336,10 @@ take_zero (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
     }
     if (chunkmap_move (&rb->map, c, 1, CS_BIT (CS_ZERO), CS_CLEAN,
                        NULL) == 0) {
+      /* Dirty now, it is written back by this sweep, not a later one:
+       * the sync tickets this sweep answers may cover the zero.
+       */
+      *rewind = RB_MIN (*rewind, c);
       joined = false;
       continue;
     }
