@@ -196,7 +196,8 @@ for i in "${!names[@]}"; do
                  lib/*) false ;; *) true ;; esac
     then
         res=N/A by="outside the simulator ($file)"
-    elif ! make -C "$build" -j2 >"$scratch/$name.build.log" 2>&1; then
+    elif ! make -C "$build${MUTATE_SIM:+/lib}" -j2 ${MUTATE_SIM:+sim} \
+             >"$scratch/$name.build.log" 2>&1; then
         res=BUILD by="see $scratch/$name.build.log"
     elif by=$(run_suite "$scratch/$name.log"); then
         res=SURVIVED by=
