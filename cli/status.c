@@ -664,10 +664,15 @@ status_format_prometheus (GString *out, const struct status *st,
     char v[G_ASCII_DTOSTR_BUF_SIZE];
 
     /* Integers as they came, fractions with the three decimals the
-     * plugin writes them with.
+     * plugin writes them with.  No metric here is ever negative: a
+     * negative integer (or one above 2^63 - 1, which json-glib reads
+     * as negative) is left out, as status_has_u64 reads it as absent.
      */
-    if ((n = scalar (st, metrics[i].field, G_TYPE_INT64)) != NULL)
+    if ((n = scalar (st, metrics[i].field, G_TYPE_INT64)) != NULL) {
+      if (json_node_get_int (n) < 0)
+        continue;
       g_snprintf (v, sizeof v, "%" G_GINT64_FORMAT, json_node_get_int (n));
+    }
     else if ((n = scalar (st, metrics[i].field, G_TYPE_DOUBLE)) != NULL)
       g_ascii_formatd (v, sizeof v, "%.3f", json_node_get_double (n));
     else if ((n = scalar (st, metrics[i].field, G_TYPE_BOOLEAN)) != NULL)
