@@ -75,9 +75,14 @@ apply (struct sim_disk *d, const struct rb_io *io, const uint8_t *data)
     /* Whole sectors only: the dirty bit covers a sector. */
     for (s = io->offset / SIM_UNIT;
          s <= (io->offset + io->count - 1) / SIM_UNIT; s++)
+    {
       if (memcmp (d->durable + s * SIM_UNIT, d->pending + s * SIM_UNIT,
                   SIM_UNIT) == 0)
         d->dirty[s] = 0;
+      if (d == &sim->back && !sim->cfg.journal)
+        model_check_durable (d->durable, s, "the store's durable image "
+                             "after a FUA write");
+    }
   }
   d->writes++;
 }
@@ -161,9 +166,13 @@ disk_flush (struct rb_store *s)
     if (!d->dirty[sec])
       continue;
     /* A failed flush writes some sectors and forgets the others. */
-    if (!fail || sim_rand_below (2))
+    if (!fail || sim_rand_below (2)) {
       memcpy (d->durable + sec * SIM_UNIT, d->pending + sec * SIM_UNIT,
               SIM_UNIT);
+      if (d == &sim->back && !sim->cfg.journal)
+        model_check_durable (d->durable, sec, "the store's durable image "
+                             "after a flush");
+    }
     d->dirty[sec] = 0;
   }
   if (sim->cfg.verbose)

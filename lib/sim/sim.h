@@ -143,14 +143,22 @@ extern void model_end (int client, uint32_t id, bool ok, bool fua_durable);
 extern uint64_t model_flush_begin (void);
 extern void model_flush_ok (uint64_t begin);
 /* Check a read of units [u0, u0+n) that began at logical time ts.
- * Fails the run (sim_fail) on a value the model does not allow.
+ * Fails the run (sim_fail) on a value the model does not allow.  A
+ * client's read (not a look at a disk) also settles the order of the
+ * unordered writes it saw: what it found is what later reads build on.
  */
 extern void model_check_read (const uint8_t *buf, uint32_t u0, uint32_t n,
-                              uint64_t ts, const char *what);
+                              uint64_t ts, const char *what, bool client);
 /* After a restart: every unit must hold a value that survives the end
  * of the last lifetime; aliases what it found.
  */
 extern void model_check_recovered (const uint8_t *buf, const char *what);
+/* Without journal=, the backing store's durable image is what a power
+ * cut leaves: each unit that changes there must keep every write made
+ * durable (or something newer, or a write in flight).
+ */
+extern void model_check_durable (const uint8_t *img, uint32_t u,
+                                  const char *what);
 /* Orphan the writes still in flight (their process died). */
 extern void model_orphan_inflight (void);
 extern uint64_t model_tick (void);
