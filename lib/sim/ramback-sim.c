@@ -269,24 +269,6 @@ check_stats (void)
               PRIu64, st.dirty_chunks, st.loaded_chunks, st.inflight_chunks,
               st.chunks, st.dirty_bytes, st.inflight_bytes,
               st.unsynced_bytes, st.journal_used_bytes);
-  /* dirty-max=: what must still be made durable stays under the limit
-   * but for the writes in progress, each at most its request and the
-   * two chunks at its edges (io.c, over()).  Not with journal=, where
-   * in-flight chunks count per transaction.
-   */
-  if (sim->cfg.dirty_max && !sim->cfg.journal) {
-    uint64_t pending = (st.dirty_chunks + st.inflight_chunks) *
-      st.chunk_size + st.unsynced_bytes;
-    uint64_t slack = sim->cfg.clients *
-      (5 * (uint64_t) st.chunk_size + 128 * SIM_UNIT);
-
-    if (pending > sim->cfg.dirty_max + slack)
-      sim_fail ("dirty-max=%" PRIu64 " is not enforced: %" PRIu64
-                " bytes to make durable (dirty %" PRIu64 " chunks, in "
-                "flight %" PRIu64 ", unsynced %" PRIu64 " bytes)",
-                sim->cfg.dirty_max, pending, st.dirty_chunks,
-                st.inflight_chunks, st.unsynced_bytes);
-  }
 }
 
 /* ---- clients ---- */
