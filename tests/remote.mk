@@ -22,6 +22,7 @@ remote_tests = \
 	test-remote-stop-read.sh \
 	test-remote-flap.sh \
 	test-remote-lost-cache.sh \
+	test-remote-block-size.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
