@@ -188,6 +188,8 @@ struct rb {
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
   uint64_t demand_loaded_bytes; /* of loaded_bytes, on demand */
+  uint64_t last_miss_ns;        /* [atomic] when a client last reached
+                                   data not loaded (populate yields) */
   uint64_t readahead_next;      /* [atomic] where the last read miss
                                    ended: a miss starting there is
                                    sequential and reads ahead */
@@ -283,6 +285,15 @@ extern void rbi_populator_stop (struct rb *rb);
  * holds a range covering them (so no write can land in between).
  */
 extern int rbi_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
+/* A client request reached data not loaded yet: populate yields to it
+ * for a while (populate.c).
+ */
+static inline void
+rbi_note_miss (struct rb *rb)
+{
+  rb_atomic_store (&rb->last_miss_ns, rb_now_ns ());
+}
+
 /* Load the sectors of [start, end) that are not valid in RAM (EMPTY
  * chunks, gaps of partial ones: chunkmap.h), in parallel requests; the
  * chunks they complete become whole.  Needs partial chunks

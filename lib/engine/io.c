@@ -508,6 +508,7 @@ slow_path (struct rb *rb, const struct req *r)
   struct rl_node node;
   uint64_t start, end, pre;
 
+  rbi_note_miss (rb);
   range_of (rb, r->c0, r->c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
   if (load_edges (rb, r) == -1) {
@@ -655,6 +656,7 @@ ensure_loaded (struct rb *rb, uint64_t offset, uint64_t count)
 
   if (loaded (rb, c0, c1))
     return 0;
+  rbi_note_miss (rb);
   if (sectored (rb))
     return load_miss (rb, offset, count);
   range_of (rb, c0, c1, &start, &end);

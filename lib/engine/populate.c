@@ -33,6 +33,41 @@
 
 #define BATCH_IOS 8
 
+/* Populate yields to clients.  A batch holds LOAD ranges over what it
+ * reads until all of it is in, and a client request in them waits; on
+ * a slow link it also queues behind the batch.  So a batch is at most
+ * about BATCH_NS of the measured populate bandwidth (BATCH_FIRST
+ * before there is a measure), and while clients reach data not loaded
+ * yet (rbi_note_miss, in the last YIELD_NS) at most YIELD_BATCH, each
+ * followed by a pause YIELD_FACTOR times as long as it took: populate
+ * then takes about a fifth of the store's time, and misses the rest.
+ */
+#define BATCH_NS (100 * UINT64_C (1000000))
+#define BATCH_FIRST (1024 * 1024)
+#define YIELD_NS (200 * UINT64_C (1000000))
+#define YIELD_BATCH (256 * 1024)
+#define YIELD_FACTOR 9
+
+static bool
+clients_missing (struct rb *rb)
+{
+  uint64_t t = rb_atomic_load (&rb->last_miss_ns);
+
+  return t != 0 && rb_now_ns () - t < YIELD_NS;
+}
+
+/* Bytes for the next batch (above). */
+static uint64_t
+batch_budget (struct rb *rb, bool yielding)
+{
+  uint64_t bw = rb_atomic_load (&rb->populate_bw.bps);
+  uint64_t b = bw ? bw / (UINT64_C (1000000000) / BATCH_NS) : BATCH_FIRST;
+
+  if (yielding)
+    b = RB_MIN (b, (uint64_t) YIELD_BATCH);
+  return RB_MAX (b, (uint64_t) rb->chunk_size);
+}
+
 void
 rbi_check_populated (struct rb *rb)
 {
@@ -297,7 +332,7 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
  * them in parallel).  Returns the chunk to continue from, or c on error.
  */
 static uint64_t
-load_batch (struct rb *rb, uint64_t c, uint64_t limit)
+load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
 {
   struct rl_node nodes[BATCH_IOS];
   struct rb_io ios[BATCH_IOS];
@@ -316,9 +351,10 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
                            (uint64_t) rb->chunk_size) >> rb->chunk_shift;
     per_io = RB_MAX (RB_MIN (per_io, cap), UINT64_C (1));
   }
+  per_io = RB_MAX (RB_MIN (per_io, budget >> rb->chunk_shift), UINT64_C (1));
 
   /* Find the runs (unlocked: only a hint; rechecked under the ranges). */
-  while (k < BATCH_IOS && next < limit &&
+  while (k < BATCH_IOS && next < limit && bytes < budget &&
          (!rb->populate_rate.bps || k == 0)) {
     uint64_t n = empty_run (rb, next, RB_MIN (per_io, limit - next));
     if (n == 0) {
@@ -418,7 +454,8 @@ rbi_populator_state_init (struct rb_populator_state *ps)
 uint64_t
 rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 {
-  uint64_t data, data_end, next, p;
+  uint64_t data, data_end, next, p, t0 = rb_now_ns ();
+  bool yielding = clients_missing (rb);
 
   if (chunkmap_loaded (&rb->map) >= rb->nchunks &&
       chunkmap_npartial (&rb->map) == 0)
@@ -438,7 +475,7 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
     }
     ps->backoff = BACKOFF_MIN_MS;
     ps->c = p + 1;
-    return 0;
+    return yielding ? (rb_now_ns () - t0) * YIELD_FACTOR : 0;
   }
   if (ps->c == UINT64_MAX) {
     if (ps->wrapped)    /* counters and map disagree: cannot happen */
@@ -455,7 +492,8 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
     ps->c = data;
     return 0;
   }
-  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1));
+  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1),
+                     batch_budget (rb, yielding));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
     ps->backoff = rbi_backoff_next_ms (ps->backoff);
@@ -463,7 +501,7 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
   }
   ps->backoff = BACKOFF_MIN_MS;
   ps->c = next;
-  return 0;
+  return yielding ? (rb_now_ns () - t0) * YIELD_FACTOR : 0;
 }
 
 /* The POSIX populator thread: pause in writethrough mode, wait out what
