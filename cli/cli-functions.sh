@@ -12,6 +12,9 @@
 #   expect_field FILE KEY VALUE
 #   wait_field SOCK KEY VALUE wait (at most 30 s) until status json has it
 #   nbd_write URI OFFSET LEN BYTE   write LEN bytes of BYTE (0-255)
+#   fake BEHAVIOUR [FILE]     fake-control-server.py on $TMP/BEHAVIOUR.ctl;
+#                             with a FILE (replay), on $TMP/NAME.ctl
+#                             for FILE's NAME.json
 
 RAMBACK="$top_builddir/cli/ramback"
 [ -x "$RAMBACK" ] || { echo "$0: $RAMBACK is not built" >&2; exit 1; }
@@ -66,4 +69,18 @@ wait_field () {
 
 nbd_write () {
     nbdsh -u "$1" -c "h.pwrite (bytes ([$4]) * $3, $2)"
+}
+
+fake () {
+    local name=$1 i
+    [ $# -lt 2 ] || name=$(basename "$2" .json)
+    rm -f "$TMP/$name.ctl.pid"
+    /usr/bin/python3 "$top_srcdir/cli/fake-control-server.py" \
+        "$TMP/$name.ctl" "$@" &
+    cleanup_fn _kill_if_running $!
+    for (( i=0; i<100; i++ )); do
+        [ -s "$TMP/$name.ctl.pid" ] && return 0
+        sleep 0.1
+    done
+    fail "fake server $name did not start"
 }

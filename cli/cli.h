@@ -68,13 +68,13 @@ extern gboolean cmd_wait_populated (char **args, GError **err);
 extern gboolean cmd_recover (char **args, GError **err);
 
 struct ctl;
-struct json_object;
+struct status;
 
 /* cmd-mode.c: connect and fetch the status; with retry, while the
  * plugin is busy or not listening yet, for a few seconds.
  */
 extern struct ctl *cli_connect_with_status (const char *socket, bool retry,
-                                            struct json_object **st,
+                                            struct status **st,
                                             GError **err);
 
 /* cmd-sync.c: sync on c, and what it did (ups lowbatt uses it too). */

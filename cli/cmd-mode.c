@@ -26,7 +26,7 @@
 /* Connect and fetch the status; with retry, as above. */
 struct ctl *
 cli_connect_with_status (const char *socket, bool retry,
-                     struct json_object **st, GError **err)
+                     struct status **st, GError **err)
 {
   double give_up = cli_now () + BUSY_RETRY_S, pause = 0.05;
 
@@ -54,7 +54,7 @@ cli_connect_with_status (const char *socket, bool retry,
 static gboolean
 switch_setting (const char *socket, const char *verb, const char *value,
                 const char *a, const char *b, bool retry,
-                struct json_object **before, struct json_object **after,
+                struct status **before, struct status **after,
                 GError **err)
 {
   struct ctl *c;
@@ -82,7 +82,7 @@ gboolean
 cmd_mode (char **args, GError **err)
 {
   const char *socket = args[1];
-  struct json_object *before, *after;
+  struct status *before, *after;
   gboolean ok = switch_setting (socket, "mode", args[0], "writeback",
                                 "writethrough", true, &before, &after, err);
 
@@ -114,8 +114,8 @@ cmd_mode (char **args, GError **err)
       g_string_free (o, TRUE);
     }
   }
-  json_object_free (before);
-  json_object_free (after);
+  status_free (before);
+  status_free (after);
   return ok;
 }
 
@@ -123,7 +123,7 @@ gboolean
 cmd_trace (char **args, GError **err)
 {
   const char *socket = args[1];
-  struct json_object *before, *after;
+  struct status *before, *after;
   gboolean ok = switch_setting (socket, "trace", args[0], "on", "off",
                                 false, &before, &after, err);
 
@@ -139,8 +139,8 @@ cmd_trace (char **args, GError **err)
               status_bool (after, "trace") ? "on" : "off",
               status_bool (before, "trace") ? "on" : "off");
   }
-  json_object_free (before);
-  json_object_free (after);
+  status_free (before);
+  status_free (after);
   return ok;
 }
 
@@ -175,7 +175,7 @@ gboolean
 cmd_ups (char **args, GError **err)
 {
   const char *socket = args[1];
-  struct json_object *before = NULL, *after = NULL;
+  struct status *before = NULL, *after = NULL;
   struct sync_result r = { 0 };
   enum ups_event ev;
   const char *want;
@@ -253,8 +253,8 @@ cmd_ups (char **args, GError **err)
     fputs (o->str, stdout);
     g_string_free (o, TRUE);
   }
-  json_object_free (before);
-  json_object_free (after);
+  status_free (before);
+  status_free (after);
   ctl_close (c);
   return ok;
 }

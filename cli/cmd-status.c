@@ -12,7 +12,6 @@
 #include "cli.h"
 #include "client.h"
 #include "format.h"
-#include "json-object.h"
 #include "status.h"
 
 /* status */
@@ -21,20 +20,20 @@ static gboolean
 print_status_once (const char *socket, GError **err)
 {
   struct ctl *c = ctl_connect (socket, err);
-  struct json_object *st = c ? status_fetch (c, err) : NULL;
+  struct status *st = c ? status_fetch (c, err) : NULL;
   GString *out = g_string_new (NULL);
 
   if (opt_prometheus)
     status_format_prometheus (out, st, socket);
   else if (st && opt_json) {
-    json_object_append (out, st);
+    g_string_append (out, st->line);
     g_string_append_c (out, '\n');
   }
   else if (st)
     status_format_human (out, st, socket, NULL);
   fputs (out->str, stdout);
   g_string_free (out, TRUE);
-  json_object_free (st);
+  status_free (st);
   ctl_close (c);
   return st != NULL;
 }
@@ -53,7 +52,7 @@ watch_status (const char *socket, GError **err)
   if (c == NULL)
     return FALSE;
   for (n = 0; opt_count <= 0 || n < opt_count; n++) {
-    struct json_object *st;
+    struct status *st;
     GString *out;
 
     if (n > 0) {
@@ -90,7 +89,7 @@ watch_status (const char *socket, GError **err)
     }
     out = g_string_new (NULL);
     if (opt_json) {
-      json_object_append (out, st);
+      g_string_append (out, st->line);
       g_string_append_c (out, '\n');
     }
     else if (!tty)
@@ -130,7 +129,7 @@ watch_status (const char *socket, GError **err)
     fputs (out->str, stdout);
     fflush (stdout);
     g_string_free (out, TRUE);
-    json_object_free (st);
+    status_free (st);
   }
   ctl_close (c);
   return TRUE;

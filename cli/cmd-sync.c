@@ -41,7 +41,7 @@ struct wait_state {
 };
 
 static double
-sync_fraction (const struct wait_state *w, const struct json_object *st)
+sync_fraction (const struct wait_state *w, const struct status *st)
 {
   uint64_t stored = status_written_back (st);
   uint64_t done = stored > w->stored0 ? stored - w->stored0 : 0;
@@ -50,7 +50,7 @@ sync_fraction (const struct wait_state *w, const struct json_object *st)
 }
 
 static void
-wait_draw (struct wait_state *w, const struct json_object *st, bool final)
+wait_draw (struct wait_state *w, const struct status *st, bool final)
 {
   GString *d = g_string_new (NULL);
   double frac;
@@ -103,7 +103,7 @@ wait_tick (void *opaque)
 {
   struct wait_state *w = opaque;
   GError *err = NULL;
-  struct json_object *st;
+  struct status *st;
 
   if (w->poll == NULL)
     return;
@@ -116,21 +116,21 @@ wait_tick (void *opaque)
     return;
   }
   wait_draw (w, st, false);
-  json_object_free (st);
+  status_free (st);
 }
 
 /* Send REQUEST [timeout-ms] on c and wait for its reply, with a
  * progress bar on a terminal.  Returns the status after success.
  */
-static struct json_object *
+static struct status *
 wait_request (struct ctl *c, enum wait_kind kind,
-              const struct json_object *st0, double *seconds, GError **err)
+              const struct status *st0, double *seconds, GError **err)
 {
   struct wait_state w = { .kind = kind };
   int ms = cli_timeout_ms ();
   const char *verb = kind == WAIT_SYNC ? "sync" : "wait-populated";
   char *req = ms >= 0 ? g_strdup_printf ("%s %d", verb, ms) : g_strdup (verb);
-  struct json_object *st = NULL;
+  struct status *st = NULL;
   double t0 = cli_now ();
   GError *perr = NULL;
   char *errno_name = NULL;
@@ -163,7 +163,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
    * drain or populate goes on.
    */
   if (!ok && errno_name && strcmp (errno_name, "ETIMEDOUT") == 0) {
-    struct json_object *now = status_fetch (c, &perr);
+    struct status *now = status_fetch (c, &perr);
     GString *m = g_string_new (NULL);
 
     g_string_append_printf (m, "%s: %s did not finish within %.1f s",
@@ -177,7 +177,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
       g_string_append_printf (m, " (%.1f%% in RAM; populate goes on)",
                               100 * status_double (now, "progress"));
     g_clear_error (&perr);
-    json_object_free (now);
+    status_free (now);
     g_clear_error (err);
     g_set_error_literal (err, RAMBACK_CLI_ERROR, CLI_EXIT_TIMEOUT, m->str);
     g_string_free (m, TRUE);
@@ -191,7 +191,7 @@ wait_request (struct ctl *c, enum wait_kind kind,
 gboolean
 do_sync (struct ctl *c, struct sync_result *r, GError **err)
 {
-  struct json_object *st0 = status_fetch (c, err), *st1;
+  struct status *st0 = status_fetch (c, err), *st1;
 
   if (st0 == NULL)
     return FALSE;
@@ -203,8 +203,8 @@ do_sync (struct ctl *c, struct sync_result *r, GError **err)
     r->stored_bytes = s1 > s0 ? s1 - s0 : 0;
     r->dirty_after = status_pending_bytes (st1);
   }
-  json_object_free (st0);
-  json_object_free (st1);
+  status_free (st0);
+  status_free (st1);
   return st1 != NULL;
 }
 
@@ -253,7 +253,7 @@ cmd_wait_populated (char **args, GError **err)
 {
   const char *socket = args[0];
   struct ctl *c = ctl_connect (socket, err);
-  struct json_object *st0, *st1 = NULL;
+  struct status *st0, *st1 = NULL;
   double seconds;
 
   if (c == NULL)
@@ -262,7 +262,7 @@ cmd_wait_populated (char **args, GError **err)
   if (st0)
     st1 = wait_request (c, WAIT_POPULATED, st0, &seconds, err);
   ctl_close (c);
-  json_object_free (st0);
+  status_free (st0);
   if (st1 == NULL)
     return FALSE;
   if (opt_json) {
@@ -283,6 +283,6 @@ cmd_wait_populated (char **args, GError **err)
     fputs (o->str, stdout);
     g_string_free (o, TRUE);
   }
-  json_object_free (st1);
+  status_free (st1);
   return TRUE;
 }

@@ -12,6 +12,8 @@
 #   hangup    close the connection without a reply
 #   nosync    answer "status json" with a plausible status, never
 #             answer anything else
+#   replay FILE   answer "status json" with FILE's one line, byte for
+#             byte, and anything else with ERR EINVAL
 # Writes its pid to SOCKET.pid once listening; serves until killed.
 import os
 import socket
@@ -19,6 +21,9 @@ import sys
 import threading
 
 path, behaviour = sys.argv[1], sys.argv[2]
+if behaviour == "replay":
+    with open(sys.argv[3], "rb") as rf:
+        replayed = rf.read().rstrip(b"\n") + b"\nOK\n"
 replies = {
     "errname": b"ERR not-an-errno-name\n",
     "badjson": b"{\"mode\": writeback\nOK\n",
@@ -29,7 +34,8 @@ replies = {
 status = (b'{"mode":"writeback","populated":true,"progress":1,'
           b'"size":1048576,"dirty_bytes":0,"inflight_bytes":0,'
           b'"stored_bytes":0}\nOK\n')
-if behaviour not in replies and behaviour not in ("hangup", "nosync"):
+if behaviour not in replies and behaviour not in ("hangup", "nosync",
+                                                 "replay"):
     sys.exit("unknown behaviour " + behaviour)
 
 
@@ -38,6 +44,10 @@ def serve(conn):
     for line in f:
         if behaviour == "hangup":
             break
+        if behaviour == "replay":
+            conn.sendall(replayed if line.strip() == b"status json"
+                         else b"ERR EINVAL\n")
+            continue
         if behaviour == "nosync":
             if line.strip () == b"status json":
                 conn.sendall (status)

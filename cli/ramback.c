@@ -10,7 +10,7 @@
  * are in cmd-status.c, cmd-mode.c (mode, trace, ups), cmd-sync.c (sync,
  * wait-populated) and cmd-recover.c; result.c builds their --json
  * results, status.c and format.c their human forms, client.c talks to
- * the socket and json-object.c parses the replies.
+ * the socket and status.c parses the replies (with json-glib).
  */
 
 #include <config.h>

@@ -11,8 +11,30 @@
 #include <glib.h>
 
 #include "cli.h"
-#include "json-object.h"
 #include "result.h"
+
+/* s as a JSON string literal, quotes included. */
+static void
+json_append_string (GString *out, const char *s)
+{
+  g_string_append_c (out, '"');
+  for (; *s; s++) {
+    unsigned char ch = *s;
+    switch (ch) {
+    case '"': g_string_append (out, "\\\""); break;
+    case '\\': g_string_append (out, "\\\\"); break;
+    case '\n': g_string_append (out, "\\n"); break;
+    case '\r': g_string_append (out, "\\r"); break;
+    case '\t': g_string_append (out, "\\t"); break;
+    default:
+      if (ch < 0x20)
+        g_string_append_printf (out, "\\u%04x", ch);
+      else
+        g_string_append_c (out, ch);
+    }
+  }
+  g_string_append_c (out, '"');
+}
 
 GString *
 result_new (const char *command, const char *socket)

@@ -12,12 +12,56 @@
 #include "format.h"
 #include "status.h"
 
-struct json_object *
+void
+status_free (struct status *st)
+{
+  if (st == NULL)
+    return;
+  g_clear_object (&st->parser);
+  g_free (st->line);
+  g_free (st);
+}
+
+/* Parse one reply line: json-glib's parser, then the protocol's own
+ * demands (one object, with a "mode").  NULL with *msg (to free) set.
+ */
+static struct status *
+status_parse (const char *line, char **msg)
+{
+  struct status *st = g_new0 (struct status, 1);
+  GError *perr = NULL;
+  JsonNode *root;
+
+  st->parser = json_parser_new_immutable ();
+  st->line = g_strdup (line);
+  if (!json_parser_load_from_data (st->parser, line, -1, &perr)) {
+    *msg = g_strdup (perr->message);
+    g_error_free (perr);
+    goto err;
+  }
+  root = json_parser_get_root (st->parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root)) {
+    *msg = g_strdup ("not a JSON object");
+    goto err;
+  }
+  st->obj = json_node_get_object (root);
+  if (status_has_str (st, "mode") == NULL) {
+    *msg = g_strdup ("no \"mode\"");
+    goto err;
+  }
+  return st;
+
+ err:
+  status_free (st);
+  return NULL;
+}
+
+struct status *
 status_fetch (struct ctl *c, GError **err)
 {
   GPtrArray *lines = NULL;
-  struct json_object *st;
-  const char *msg = NULL;
+  struct status *st;
+  char *msg = NULL;
 
   if (!ctl_request (c, "status json", &lines, err))
     return NULL;
@@ -28,74 +72,127 @@ status_fetch (struct ctl *c, GError **err)
     g_ptr_array_unref (lines);
     return NULL;
   }
-  st = json_parse_object (g_ptr_array_index (lines, 0), &msg);
+  st = status_parse (g_ptr_array_index (lines, 0), &msg);
   if (st == NULL)
     g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
                  "%s: reply to 'status json' not understood: %s",
                  ctl_path (c), msg);
-  else if (json_get_string (st, "mode") == NULL) {
-    g_set_error (err, RAMBACK_CLI_ERROR, CLI_EXIT_PROTOCOL,
-                 "%s: reply to 'status json' not understood: no \"mode\"",
-                 ctl_path (c));
-    json_object_free (st);
-    st = NULL;
-  }
+  g_free (msg);
   g_ptr_array_unref (lines);
   return st;
 }
 
-uint64_t
-status_u64 (const struct json_object *st, const char *name)
+/* The member name if it holds a number, boolean or string of type t
+ * (G_TYPE_INT64, G_TYPE_DOUBLE, ...), else NULL.
+ */
+static JsonNode *
+scalar (const struct status *st, const char *name, GType t)
 {
-  uint64_t v;
+  JsonNode *n = json_object_get_member (st->obj, name);
 
-  return json_get_u64 (st, name, &v) ? v : 0;
-}
-
-double
-status_double (const struct json_object *st, const char *name)
-{
-  double v;
-
-  return json_get_double (st, name, &v) ? v : 0;
+  return n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == t
+    ? n : NULL;
 }
 
 bool
-status_bool (const struct json_object *st, const char *name)
+status_has_u64 (const struct status *st, const char *name, uint64_t *ret)
 {
-  bool v;
+  JsonNode *n;
 
-  return json_get_bool (st, name, &v) ? v : false;
+  if ((n = scalar (st, name, G_TYPE_INT64)) != NULL) {
+    /* json-glib reads integers as gint64: one above INT64_MAX comes
+     * back negative, and is refused like a negative one.
+     */
+    if (json_node_get_int (n) < 0)
+      return false;
+    *ret = json_node_get_int (n);
+    return true;
+  }
+  if ((n = scalar (st, name, G_TYPE_DOUBLE)) != NULL) {
+    /* 1e3 or 2.0: accept whole numbers written that way. */
+    double d = json_node_get_double (n);
+
+    if (d < 0 || d != floor (d) || d >= 18446744073709551616.0)
+      return false;
+    *ret = (uint64_t) d;
+    return true;
+  }
+  return false;
+}
+
+bool
+status_has_double (const struct status *st, const char *name, double *ret)
+{
+  JsonNode *n = scalar (st, name, G_TYPE_DOUBLE);
+
+  if (n == NULL)
+    n = scalar (st, name, G_TYPE_INT64);
+  if (n == NULL)
+    return false;
+  *ret = json_node_get_double (n);      /* converts an integer */
+  return true;
 }
 
 const char *
-status_str (const struct json_object *st, const char *name)
+status_has_str (const struct status *st, const char *name)
 {
-  const char *s = json_get_string (st, name);
+  JsonNode *n = scalar (st, name, G_TYPE_STRING);
+
+  return n ? json_node_get_string (n) : NULL;
+}
+
+uint64_t
+status_u64 (const struct status *st, const char *name)
+{
+  uint64_t v;
+
+  return status_has_u64 (st, name, &v) ? v : 0;
+}
+
+double
+status_double (const struct status *st, const char *name)
+{
+  double v;
+
+  return status_has_double (st, name, &v) ? v : 0;
+}
+
+bool
+status_bool (const struct status *st, const char *name)
+{
+  JsonNode *n = scalar (st, name, G_TYPE_BOOLEAN);
+
+  return n ? json_node_get_boolean (n) : false;
+}
+
+const char *
+status_str (const struct status *st, const char *name)
+{
+  const char *s = status_has_str (st, name);
 
   return s ? s : "";
 }
 
 uint64_t
-status_written_back (const struct json_object *st)
+status_written_back (const struct status *st)
 {
   return status_u64 (st, "stored_bytes") + status_u64 (st, "zeroed_bytes");
 }
 
 uint64_t
-status_pending_bytes (const struct json_object *st)
+status_pending_bytes (const struct status *st)
 {
   return status_u64 (st, "dirty_bytes") + status_u64 (st, "inflight_bytes");
 }
 
 double
-status_drain_seconds (const struct json_object *st)
+status_drain_seconds (const struct status *st)
 {
   uint64_t pending = status_pending_bytes (st);
   uint64_t bw = status_u64 (st, "flush_bandwidth");
   double d;
 
-  if (json_get_double (st, "drain_seconds", &d))
+  if (status_has_double (st, "drain_seconds", &d))
     return d < 0 ? -1 : d;
   if (pending == 0)
     return 0;
@@ -106,20 +203,20 @@ status_drain_seconds (const struct json_object *st)
 
 /* Populate: the fraction in RAM, from "progress" or the chunk counts. */
 static double
-populate_fraction (const struct json_object *st)
+populate_fraction (const struct status *st)
 {
   double p;
   uint64_t chunks = status_u64 (st, "chunks");
 
   if (status_bool (st, "populated"))
     return 1;
-  if (json_get_double (st, "progress", &p))
+  if (status_has_double (st, "progress", &p))
     return p;
   return chunks ? (double) status_u64 (st, "loaded_chunks") / chunks : 0;
 }
 
 static double
-populate_seconds_left (const struct json_object *st)
+populate_seconds_left (const struct status *st)
 {
   uint64_t chunks = status_u64 (st, "chunks");
   uint64_t loaded = status_u64 (st, "loaded_chunks");
@@ -142,7 +239,7 @@ append_key (GString *out, const char *name)
 #define KEY(name) append_key (out, (name))
 
 static void
-populate_detail (GString *out, const struct json_object *st)
+populate_detail (GString *out, const struct status *st)
 {
   uint64_t chunks = status_u64 (st, "chunks");
   uint64_t rate = status_u64 (st, "populate_rate");
@@ -180,7 +277,7 @@ bar_line (GString *out, const char *key, double fraction,
 }
 
 void
-status_format_human (GString *out, const struct json_object *st,
+status_format_human (GString *out, const struct status *st,
                      const char *socket, const struct status_view *view)
 {
   uint64_t limit = status_u64 (st, "dirty_max");
@@ -279,7 +376,7 @@ status_format_human (GString *out, const struct json_object *st,
   g_string_append_c (out, '\n');
 
   /* Older plugins do not say: show nothing rather than a guess. */
-  if (json_get (st, "flush_delay_ms")) {
+  if (json_object_has_member (st->obj, "flush_delay_ms")) {
     uint64_t ms = status_u64 (st, "flush_delay_ms");
 
     KEY ("flush delay");
@@ -317,7 +414,7 @@ status_format_human (GString *out, const struct json_object *st,
     uint64_t written;
 
     /* An older plugin does not send it. */
-    if (json_get_u64 (st, "written_bytes", &written)) {
+    if (status_has_u64 (st, "written_bytes", &written)) {
       KEY ("client writes");
       format_size (out, written);
       if (written)
@@ -372,7 +469,7 @@ status_format_human (GString *out, const struct json_object *st,
 }
 
 void
-status_format_line (GString *out, const struct json_object *st)
+status_format_line (GString *out, const struct status *st)
 {
   char stamp[32];
   time_t t = time (NULL);
@@ -523,7 +620,7 @@ sample (GString *out, const char *name, const char *socket,
 }
 
 void
-status_format_prometheus (GString *out, const struct json_object *st,
+status_format_prometheus (GString *out, const struct status *st,
                           const char *socket)
 {
   static const char *states[] = { "ok", "failing", "offline" };
@@ -567,13 +664,27 @@ status_format_prometheus (GString *out, const struct json_object *st,
     sample (out, "ramback_store_state", socket, "state", state, "1");
 
   for (i = 0; i < G_N_ELEMENTS (metrics); i++) {
-    const struct json_field *f = json_get (st, metrics[i].field);
+    JsonNode *n;
+    char v[G_ASCII_DTOSTR_BUF_SIZE];
 
-    if (f == NULL || (f->type != JSON_NUMBER && f->type != JSON_BOOL))
+    /* Integers as they came, fractions with the three decimals the
+     * plugin writes them with.  No metric here is ever negative: a
+     * negative integer (or one above 2^63 - 1, which json-glib reads
+     * as negative) is left out, as status_has_u64 reads it as absent.
+     */
+    if ((n = scalar (st, metrics[i].field, G_TYPE_INT64)) != NULL) {
+      if (json_node_get_int (n) < 0)
+        continue;
+      g_snprintf (v, sizeof v, "%" G_GINT64_FORMAT, json_node_get_int (n));
+    }
+    else if ((n = scalar (st, metrics[i].field, G_TYPE_DOUBLE)) != NULL)
+      g_ascii_formatd (v, sizeof v, "%.3f", json_node_get_double (n));
+    else if ((n = scalar (st, metrics[i].field, G_TYPE_BOOLEAN)) != NULL)
+      g_strlcpy (v, json_node_get_boolean (n) ? "1" : "0", sizeof v);
+    else
       continue;
     header (out, metrics[i].name, metrics[i].type, metrics[i].help);
-    sample (out, metrics[i].name, socket, NULL, NULL,
-            f->type == JSON_BOOL ? (f->b ? "1" : "0") : f->text);
+    sample (out, metrics[i].name, socket, NULL, NULL, v);
   }
 
   header (out, "ramback_drain_seconds", "gauge",

@@ -178,18 +178,6 @@ expect_field "$TMP/out" last_errno ENOSPC
 kill -9 "$onfull_pid"     # it could never drain
 
 # 5 (and 4, 7): replies the plugin never sends.
-fake () {
-    local name=$1
-    rm -f "$TMP/$name.ctl.pid"
-    /usr/bin/python3 "$top_srcdir/cli/fake-control-server.py" \
-        "$TMP/$name.ctl" "$name" &
-    cleanup_fn _kill_if_running $!
-    for (( i=0; i<100; i++ )); do
-        [ -s "$TMP/$name.ctl.pid" ] && return 0
-        sleep 0.1
-    done
-    fail "fake server $name did not start"
-}
 for b in badjson nomode badfinal binary errname; do
     fake $b
     run_rb 5 status "$TMP/$b.ctl"

@@ -7,7 +7,7 @@
  * its backing store (store-next.c): populate while serving, background
  * coalesced write back, writethrough, dirty limit, UPS window, status
  * and control socket, clean stop.  Only the nbdkit entry points live
- * here; what they do is shared with the plugin form in plugin/glue.c.
+ * here; what they do is shared with the plugin form in glue/glue.c.
  *
  * Design.  The plugin form opens its store and allocates RAM in
  * .get_ready, before nbdkit forks.  A filter cannot: it reaches the
@@ -17,7 +17,7 @@
  * The device size, whether the plugin can write, flush, zero, and its
  * thread model are only known then.  So:
  *
- *   .config            ramback's own keys are parsed by plugin/params.c;
+ *   .config            ramback's own keys are parsed by glue/params.c;
  *                      back= is refused (the plugin is the store), and
  *                      request-timeout= (the plugin form's NBD store's);
  *                      every other key goes down the chain, so size=,

@@ -4,7 +4,7 @@
  *
  * An input is what a client sends on the control socket: request lines
  * ended by \n (a \r before it is dropped), framed as the plugin's
- * control server does (plugin/control-server.c); a line longer than
+ * control server does (glue/control-server.c); a line longer than
  * RB_CONTROL_MAX_LINE ends the connection.  A final line without its
  * \n is handled as if the client had sent one.  Each request goes to
  * rb_control_request() on a real struct rb (a 1 MiB file store, started,

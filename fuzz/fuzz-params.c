@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* fuzz/: the plugin's parameter parsing (plugin/params.c) against
+/* fuzz/: the plugin's parameter parsing (glue/params.c) against
  * docs/nbdkit-ramback-plugin.pod.
  *
  * An input is an nbdkit command line after the plugin name, one argument

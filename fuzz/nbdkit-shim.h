@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* fuzz/: the nbdkit functions that plugin/params.c calls, for linking it
+/* fuzz/: the nbdkit functions that glue/params.c calls, for linking it
  * without nbdkit (nbdkit-shim.c).  test-shim.sh checks that they give
  * the results of nbdkit's own (Debian 12's nbdkit 1.32) on every value
  * of the corpus.

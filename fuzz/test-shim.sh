@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# fuzz-params links plugin/params.c with nbdkit-shim.c instead of
+# fuzz-params links glue/params.c with nbdkit-shim.c instead of
 # nbdkit.  Check that the shim's nbdkit_parse_size, nbdkit_parse_bool
 # and nbdkit_absolute_path give nbdkit's own results, on a list of edge
 # cases and on every value in the params corpus: ask the real nbdkit

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /* ramback: the one validation of a struct rb_config (ramback.h).
  *
- * The hosts parse, lib judges.  plugin/params.c (for the plugin and the
+ * The hosts parse, lib judges.  glue/params.c (for the plugin and the
  * filter) turns each key=value into a field and refuses only what the
  * field cannot hold: text that is not a number, a negative number, 0
  * where 0 means "not given", a number too large for the field.  Every

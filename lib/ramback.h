@@ -4,13 +4,13 @@
  * A struct rb is one RAM image of a backing store.  Every read and write
  * is served from RAM; background threads populate the image from the
  * backing store and write dirty chunks back.  This library knows nothing
- * of nbdkit: plugin/ is the glue, tests/ drive it directly.
+ * of nbdkit: glue/ is the glue, tests/ drive it directly.
  *
  * Errors: functions return -1 (or NULL) with errno set and a message for
  * this thread, read with rb_get_error() / rb_get_errno(), as libnbd does.
  *
  * Names: rb_* is the public API: this header, and the headers the hosts
- * (plugin/, filter/, cli/) include for what they implement or share:
+ * (glue/, plugin/, filter/, cli/) include for what they implement or share:
  * env.h (the OS shim), error.h, cleanup.h, json.h (the status writer),
  * control.h, store.h and exclusive.h (the store interface).  Functions
  * private to lib/ are rbi_* (internal.h and the layer headers), or carry

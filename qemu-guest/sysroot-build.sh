@@ -35,7 +35,7 @@ mirror=${RAMBACK_GUEST_MIRROR:-http://deb.debian.org/debian}
 # root, and the ramback packages' dependencies.
 packages=(systemd-sysv udev kmod procps linux-image-cloud-amd64
           initramfs-tools nbd-client nbdkit e2fsprogs libnbd0
-          libglib2.0-0)
+          libglib2.0-0 libjson-glib-1.0-0)
 
 for c in mmdebstrap mke2fs apt-cache sha256sum flock; do
   command -v "$c" >/dev/null || die "'$c' is missing: run scripts/deps.sh"

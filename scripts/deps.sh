@@ -13,7 +13,8 @@ set -euo pipefail
 run_packages=(
     # build
     gcc make autoconf automake libtool pkg-config perl
-    nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev libsystemd-dev
+    nbdkit nbdkit-plugin-dev libnbd-dev libglib2.0-dev libjson-glib-dev
+    libsystemd-dev
     # run: nbdinfo and nbdcopy to try it
     libnbd-bin
 )

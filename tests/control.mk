@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Tests of the control socket (plugin/control-server.c, lib/control.c)
+# Tests of the control socket (glue/control-server.c, lib/control.c)
 # on the wire, against the real plugin.
 control_tests = \
 	test-control-protocol.sh \

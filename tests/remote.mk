@@ -21,6 +21,8 @@ remote_tests = \
 	test-remote-stall.sh \
 	test-remote-stop-read.sh \
 	test-remote-flap.sh \
+	test-remote-lost-cache.sh \
+	test-remote-block-size.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 

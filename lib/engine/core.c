@@ -96,6 +96,16 @@ rb_open (const struct rb_config *config)
     goto fail;
   }
 
+  if (rb->store->min_block > 1 &&
+      rb->cfg.chunk_size % rb->store->min_block != 0) {
+    rb_set_error (EINVAL, "back=%s: its minimum block size is %" PRIu32
+                  " bytes, and chunk=%" PRIu32 " is not a multiple of it "
+                  "(a chunk is written back whole blocks at a time): give "
+                  "chunk=%" PRIu32 " or larger", rb->cfg.store.uri,
+                  rb->store->min_block, rb->cfg.chunk_size,
+                  rb->store->min_block);
+    goto fail;
+  }
   rb->size = rb->store->size;
   rb->chunk_size = rb->cfg.chunk_size;
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);

@@ -119,17 +119,22 @@ rb_store_is_nbd_uri (const char *uri)
   return false;
 }
 
+/* A batch whose requests keep to the server's minimum block size (see
+ * nbd_store_submit).
+ */
 static int
-nbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
+submit_aligned (struct rb_store *s, struct rb_io *ios, size_t n)
 {
   struct nbd_store *st = s->handle;
   CLEANUP_FREE struct piece *pieces = NULL;
-  /* Pieces of max_request from the request's own start: an NBD server
-   * takes any alignment.
+  /* Pieces of max_request (a multiple of the minimum block), from the
+   * request's own start, or with a minimum block at the multiples of
+   * the step, so that no piece splits a block.
    */
   struct rb_store_cut cut = {
     .rw_step = st->max_request,
     .zero_step = s->can_zero ? MAX_ZERO_REQUEST : st->max_request,
+    .aligned = s->min_block > 1,
   };
   uint64_t total;
   ssize_t npieces;
@@ -151,6 +156,15 @@ nbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     p->urgent = total <= URGENT_BYTES;
   }
   return nbdstore_run_pieces (st, pieces, npieces);
+}
+
+/* A server that advertises a minimum block size may refuse smaller or
+ * misaligned requests: those are widened to whole blocks (widen.c).
+ */
+static int
+nbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
+{
+  return rb_store_submit_widened (s, s->min_block, ios, n, submit_aligned);
 }
 
 static int
@@ -332,6 +346,7 @@ nbd_store_status (struct rb_store *s, struct rb_status_out *o)
   rb_status_u64 (o, "store_connections_up", up);
   rb_status_bool (o, "store_multi_conn", st->multi_conn);
   rb_status_bool (o, "store_block_status", st->block_status);
+  rb_status_u64 (o, "store_min_block", s->min_block);
   rb_status_u64 (o, "store_reconnects", reconnects);
   rb_status_u64 (o, "store_disconnects", disconnects);
   rb_status_u64 (o, "store_requests", requests);
@@ -442,7 +457,7 @@ rb_store_nbd_open (const struct rb_store_params *params)
   struct nbd_handle *h;
   bool failed = false;
   char why[200];
-  int64_t size, maxb;
+  int64_t size, maxb, minb;
   int i, want;
 
   if (!rb_store_is_nbd_uri (params->uri)) {
@@ -525,9 +540,20 @@ rb_store_nbd_open (const struct rb_store_params *params)
   st->block_status =
     nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
   maxb = nbd_get_block_size (h, LIBNBD_SIZE_MAXIMUM);
+  minb = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM);
+  /* The protocol allows a minimum of a power of two up to 64 KiB. */
+  st->s.min_block = minb > 1 && minb <= 65536 && !(minb & (minb - 1))
+    ? (uint32_t) minb : 1;
   st->max_request = MAX_REQUEST;
   if (maxb > 0 && (uint64_t) maxb < st->max_request)
     st->max_request = maxb;
+  st->max_request = st->max_request / st->s.min_block * st->s.min_block;
+  if (st->max_request == 0) {
+    rb_set_error (EINVAL, "nbd: %s: the server's maximum block size (%"
+                  PRIi64 ") is below its minimum (%" PRIu32 ")",
+                  params->uri, maxb, st->s.min_block);
+    goto fail;
+  }
   if (!st->s.can_zero) {
     st->zero_buf = calloc (1, st->max_request);
     if (st->zero_buf == NULL) {
@@ -582,9 +608,10 @@ rb_store_nbd_open (const struct rb_store_params *params)
   st->s.connections = st->nconns;
   nbdstore_update_state (st);
   rb_log ("nbd: %s: size %" PRIu64 ", %d connection%s%s, inflight %u, "
-          "request %" PRIu64 "%s%s%s", params->uri, st->s.size, st->nconns,
+          "request %" PRIu64 ", minimum block %" PRIu32 "%s%s%s",
+          params->uri, st->s.size, st->nconns,
           st->nconns == 1 ? "" : "s", st->multi_conn ? " (multi-conn)" : "",
-          st->max_inflight, st->max_request,
+          st->max_inflight, st->max_request, st->s.min_block,
           st->s.can_zero ? ", zero" : "", st->can_trim ? ", trim" : "",
           st->block_status ? ", block status" : "");
   return &st->s;

@@ -42,7 +42,7 @@
 #include "json.h"
 #include "backoff.h"
 
-#define MAX_CONNECTIONS 64          /* as plugin/params.c allows */
+#define MAX_CONNECTIONS 64          /* as glue/params.c allows */
 #define AUTO_CONNECTIONS 4          /* when the server offers multi-conn */
 #define DEFAULT_INFLIGHT 16         /* bulk pieces in flight per connection */
 #define MAX_INFLIGHT 1024

@@ -134,6 +134,10 @@ struct rb_store {
   bool can_fua;               /* honours a WRITE's fua (writethrough
                                  then needs no sync) */
   bool read_only;
+  uint32_t min_block;         /* the store's minimum block size: requests
+                                 are widened to it (widen.c); 0 or 1:
+                                 none.  The chunk size must be a
+                                 multiple of it (rb_open checks). */
   int connections;            /* parallel connections used (status) */
   enum rb_store_state state;  /* updated by the implementation (atomic) */
   struct rb_store_id id;
@@ -213,6 +217,16 @@ rb_store_zero (struct rb_store *s, uint64_t count, uint64_t offset)
 {
   return rb_store_one (s, RB_IO_ZERO, NULL, count, offset);
 }
+
+/* Submit a batch through submit, which sees only requests aligned to
+ * the minimum block m (the device's last block may end at the size):
+ * the others are widened by read-modify-write (widen.c).  With m <= 1,
+ * or every request aligned, this is submit itself.
+ */
+extern int rb_store_submit_widened (struct rb_store *s, uint64_t m,
+                                    struct rb_io *ios, size_t n,
+                                    int (*submit) (struct rb_store *,
+                                                   struct rb_io *, size_t));
 
 /* Implementations. */
 extern struct rb_store *rb_store_file_open (const struct rb_store_params *);

@@ -24,8 +24,8 @@
  * to nbdkit_set_error, the filter to *err.
  */
 
-#ifndef RAMBACK_PLUGIN_GLUE_H
-#define RAMBACK_PLUGIN_GLUE_H
+#ifndef RAMBACK_GLUE_GLUE_H
+#define RAMBACK_GLUE_GLUE_H
 
 #include <stdint.h>
 
@@ -63,4 +63,4 @@ extern int ramback_glue_extents (uint32_t count, uint64_t offset,
                                  uint32_t flags,
                                  struct nbdkit_extents *extents);
 
-#endif /* RAMBACK_PLUGIN_GLUE_H */
+#endif /* RAMBACK_GLUE_GLUE_H */

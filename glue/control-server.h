@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback plugin: the control socket server.
+/* ramback glue: the control socket server.
  *
  * Owns the listening Unix socket (control=) and one thread per client
  * connection.  The protocol itself is lib/control.c.  The socket is

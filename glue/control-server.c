@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback plugin: the control socket server (control-server.h).
+/* ramback glue: the control socket server (control-server.h).
  *
  * One thread per client.  The UPS path must always get through, however
  * many clients there are, so:

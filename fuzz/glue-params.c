@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* fuzz/: plugin/params.c exactly as the plugin compiles it, for
+/* fuzz/: glue/params.c exactly as the plugin compiles it, for
  * fuzz-params (nbdkit's helpers come from nbdkit-shim.c).
  */
-#include "../plugin/params.c"
+#include "../glue/params.c"

@@ -11,8 +11,8 @@
  *                            safe to power off" (or that it is not)
  */
 
-#ifndef RAMBACK_PLUGIN_NOTIFY_H
-#define RAMBACK_PLUGIN_NOTIFY_H
+#ifndef RAMBACK_GLUE_NOTIFY_H
+#define RAMBACK_GLUE_NOTIFY_H
 
 #include <stdbool.h>
 
@@ -28,4 +28,4 @@ extern void ramback_notify_start (struct rb *rb, const char *what);
 extern void ramback_notify_draining (void);
 extern void ramback_notify_stopped (bool ok);
 
-#endif /* RAMBACK_PLUGIN_NOTIFY_H */
+#endif /* RAMBACK_GLUE_NOTIFY_H */

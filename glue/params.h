@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-/* ramback plugin: parsing of the nbdkit command line parameters into a
+/* ramback glue: parsing of the nbdkit command line parameters into a
  * struct rb_config.  Owns the parameter globals; nothing else parses,
  * and lib judges (rb_config_check).
  */
 
-#ifndef RAMBACK_PLUGIN_PARAMS_H
-#define RAMBACK_PLUGIN_PARAMS_H
+#ifndef RAMBACK_GLUE_PARAMS_H
+#define RAMBACK_GLUE_PARAMS_H
 
 #include "ramback.h"
 
@@ -48,4 +48,4 @@ extern void ramback_config_free (void);
   "connections=N inflight=N request-timeout=SECONDS\n" \
   "                        NBD backing store only."
 
-#endif /* RAMBACK_PLUGIN_PARAMS_H */
+#endif /* RAMBACK_GLUE_PARAMS_H */
