@@ -170,6 +170,19 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
   }
 }
 
+void
+chunkmap_mark_bits (struct chunkmap *cm, uint64_t s, uint64_t b)
+{
+  while (b) {
+    unsigned lo = rb_ctz64 (b), len;
+    uint64_t x = b >> lo;
+
+    len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
+    chunkmap_mark (cm, s + lo, len);
+    b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
+  }
+}
+
 uint64_t
 chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
 {

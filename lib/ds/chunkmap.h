@@ -229,6 +229,11 @@ extern void chunkmap_make_whole (struct chunkmap *cm, uint64_t c);
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
 
+/* Set the sector bits of bitmap b (bit 0: sector s; one word of
+ * sectors, as chunkmap_take_bits returns them).
+ */
+extern void chunkmap_mark_bits (struct chunkmap *cm, uint64_t s, uint64_t b);
+
 /* Clear and return the sector bits [s, s+n), n <= 64, within one
  * 64-bit word (s % 64 + n <= 64); bit 0 of the result is sector s.
  * chunkmap_peek_bits: the same without clearing (a hint).

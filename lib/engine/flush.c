@@ -289,20 +289,6 @@ add_sectors (struct rb *rb, struct rb_io *ios, size_t *nio, size_t cap,
  * is marked again and the chunk dirtied again, for a later sweep.
  * Returns the chunks taken.
  */
-/* Mark the sectors of bitmap b (bit 0: sector s) dirty again. */
-static void
-keep_dirty (struct rb *rb, uint64_t s, uint64_t b)
-{
-  while (b) {
-    unsigned lo = rb_ctz64 (b), len;
-    uint64_t x = b >> lo;
-
-    len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
-    chunkmap_mark (&rb->map, s + lo, len);
-    b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
-  }
-}
-
 static uint64_t
 take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
               size_t *nio, size_t cap)
@@ -333,7 +319,7 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
       if (part) {
         uint64_t inval = b & ~chunkmap_valid_bits (&rb->map, s, n);
 
-        keep_dirty (rb, s, inval);
+        chunkmap_mark_bits (&rb->map, s, inval);
         left |= inval != 0;
         b &= ~inval;
       }

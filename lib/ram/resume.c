@@ -267,16 +267,8 @@ resume_partial (struct rb *rb)
     while (s < end) {
       unsigned n = RB_MIN (end - s, 64 - s % 64);
       uint64_t inval = ~chunkmap_valid_bits (&rb->map, s, n);
-      uint64_t b = chunkmap_take_bits (&rb->map, s, n) & ~inval;
-
-      while (b) {
-        unsigned lo = rb_ctz64 (b), len;
-        uint64_t x = b >> lo;
-
-        len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
-        chunkmap_mark (&rb->map, s + lo, len);
-        b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
-      }
+      chunkmap_mark_bits (&rb->map, s,
+                          chunkmap_take_bits (&rb->map, s, n) & ~inval);
       s += n;
     }
     c++;
