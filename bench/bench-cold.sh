@@ -101,11 +101,21 @@ cleanup () {
 trap cleanup EXIT INT TERM
 
 # The export: real data (populate has all of it to read), behind the
-# delay and rate filters.
+# delay and rate filters.  Started afresh for every run: a ramback is
+# killed at the end of its run, and nbdkit (1.32) may abort when a
+# reply races the close of a client that died with requests in flight.
 head -c "$size_b" /dev/urandom >"$W/link.img"
-start_server link --filter=delay --filter=rate file "$W/link.img" \
-    delay-read="${delay}ms" delay-write="${delay}ms" rate="$rate_b"
-link="$link_uri"
+link="nbd+unix:///?socket=$W/link.sock"
+start_link () {
+    start_server link --filter=delay --filter=rate file "$W/link.img" \
+        delay-read="${delay}ms" delay-write="${delay}ms" rate="$rate_b"
+}
+kill_link () {
+    kill -KILL "$link_pid" 2>/dev/null || true
+    while kill -0 "$link_pid" 2>/dev/null; do sleep 0.02; done
+    _forget_pid "$link_pid"
+    rm -f "$W/link.sock"
+}
 
 # fio_iops URI RW: one 4k iodepth 32 job, prints IOPS.
 fio_iops () {
@@ -134,12 +144,10 @@ cold () {
     iops=$(fio_iops "$rb_uri" "$rw")
     progress=$(fdiv "$(status_field "$W/rb.ctl" loaded_bytes)" "$size_b")
     # Killed: a clean stop would write the random writes back over the
-    # slow link first.  Then a pause, for the export to finish what the
-    # dead ramback had queued.
+    # slow link first.
     kill -KILL "$rb_pid"
     while kill -0 "$rb_pid" 2>/dev/null; do sleep 0.02; done
     _forget_pid "$rb_pid"
-    sleep 2
     echo "$iops $progress"
 }
 
@@ -147,7 +155,9 @@ declare -A res
 run_one () {
     local key=$1 out
     shift
+    start_link
     out=$("$@")
+    kill_link
     res[$key]+="${out%% *} "
     [ "$out" = "${out%% *}" ] || res[$key.progress]+="${out#* } "
 }
