@@ -187,7 +187,12 @@ struct rb {
 
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;
-  uint64_t demand_loaded_bytes; /* of loaded_bytes, by rbi_load_chunks */
+  uint64_t demand_loaded_bytes; /* of loaded_bytes, on demand */
+  uint64_t last_miss_ns;        /* [atomic] when a client last reached
+                                   data not loaded (populate yields) */
+  uint64_t readahead_next;      /* [atomic] where the last read miss
+                                   ended: a miss starting there is
+                                   sequential and reads ahead */
   uint64_t written_bytes;       /* client WRITE bytes that succeeded */
   uint64_t zeroed_bytes;        /* zeroed or punched on the store (ZERO
                                    requests; stored_bytes is data only) */
@@ -280,6 +285,23 @@ extern void rbi_populator_stop (struct rb *rb);
  * holds a range covering them (so no write can land in between).
  */
 extern int rbi_load_chunks (struct rb *rb, uint64_t first, uint64_t n);
+/* A client request reached data not loaded yet: populate yields to it
+ * for a while (populate.c).
+ */
+static inline void
+rbi_note_miss (struct rb *rb)
+{
+  rb_atomic_store (&rb->last_miss_ns, rb_now_ns ());
+}
+
+/* Load the sectors of [start, end) that are not valid in RAM (EMPTY
+ * chunks, gaps of partial ones: chunkmap.h), in parallel requests; the
+ * chunks they complete become whole.  Needs partial chunks
+ * (rb->map.part).  The caller holds a range covering [start, end),
+ * which is sector aligned.  demand: counted as loaded on demand.
+ */
+extern int rbi_load_sectors (struct rb *rb, uint64_t start, uint64_t end,
+                             bool demand);
 extern void rbi_check_populated (struct rb *rb);
 extern void rbi_populator_state_init (struct rb_populator_state *ps);
 /* One populate pass: a batch of loads (or a hole marked).  The caller

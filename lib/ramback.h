@@ -247,6 +247,10 @@ struct rb_stats {
   uint64_t chunks;
   uint64_t loaded_chunks;     /* chunks present in RAM */
   uint64_t loaded_bytes;      /* bytes read from the backing store */
+  uint64_t demand_loaded_bytes;  /* of them, for misses (reads, and the
+                                    edges of writes) */
+  uint64_t partial_chunks;    /* of loaded_chunks, those loaded only in
+                                 part (some sectors) */
   uint64_t stored_bytes;      /* bytes of data written to the backing
                                  store (WRITE requests) */
   uint64_t zeroed_bytes;      /* bytes zeroed or punched there (zero

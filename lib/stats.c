@@ -31,6 +31,8 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->chunks = rb->nchunks;
   st->loaded_chunks = chunkmap_loaded (&rb->map);
   st->loaded_bytes = rb_atomic_load (&rb->loaded_bytes);
+  st->demand_loaded_bytes = rb_atomic_load (&rb->demand_loaded_bytes);
+  st->partial_chunks = chunkmap_npartial (&rb->map);
   st->stored_bytes = rb_atomic_load (&rb->stored_bytes);
   st->written_bytes = rb_atomic_load (&rb->written_bytes);
   st->zeroed_bytes = rb_atomic_load (&rb->zeroed_bytes);
@@ -145,6 +147,8 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "chunks", K_U64, .u = st->chunks },
     { "loaded_chunks", K_U64, .u = st->loaded_chunks },
     { "loaded_bytes", K_U64, .u = st->loaded_bytes },
+    { "demand_loaded_bytes", K_U64, .u = st->demand_loaded_bytes },
+    { "partial_chunks", K_U64, .u = st->partial_chunks },
     { "stored_bytes", K_U64, .u = st->stored_bytes },
     { "written_bytes", K_U64, .u = st->written_bytes },
     { "zeroed_bytes", K_U64, .u = st->zeroed_bytes },

@@ -73,20 +73,42 @@ open_rb (const char *path, uint32_t chunk, void (*tweak) (struct rb_config *))
 
 /* --- random single-threaded I/O against a model ---------------------- */
 
+/* How the model test loads the image. */
+enum model_load {
+  MODEL_POPULATE,               /* populate at full speed */
+  MODEL_MISSES,                 /* populate=false: misses only, so the
+                                   chunks stay partly loaded */
+  MODEL_SLOW_POPULATE,          /* populate slowly, filling the partly
+                                   loaded chunks while I/O goes on */
+};
+
+static enum model_load model_load;
+
 static void
-test_model (gconstpointer chunkp)
+model_tweak (struct rb_config *c)
 {
-  uint32_t chunk = GPOINTER_TO_UINT (chunkp);
+  if (model_load == MODEL_MISSES)
+    c->populate = false;
+  else if (model_load == MODEL_SLOW_POPULATE)
+    c->populate_rate = 1 * MiB;
+}
+
+static void
+run_model (uint32_t chunk, enum model_load load)
+{
   size_t size = 3 * MiB + 12345;        /* last chunk partial */
   char *path = temp_path ("model");
   uint8_t *model = g_malloc (size), *buf = g_malloc (size);
-  GRand *r = g_rand_new_with_seed (chunk);
+  GRand *r = g_rand_new_with_seed (chunk + load);
+  struct rb_stats st;
+  uint64_t max_partial = 0;
   struct rb *rb;
   int op;
 
   ts_fill_random (r, model, size);
   write_file (path, model, size);
-  rb = open_rb (path, chunk, NULL);
+  model_load = load;
+  rb = open_rb (path, chunk, model_tweak);
   g_assert_cmpuint (rb_get_size (rb), ==, size);
 
   for (op = 0; op < 2000; op++) {
@@ -118,7 +140,184 @@ test_model (gconstpointer chunkp)
       g_assert_cmpint (rb_sync (rb, -1), ==, 0);
       assert_file_equals (path, model, size);
     }
+    rb_get_stats (rb, &st);
+    max_partial = MAX (max_partial, st.partial_chunks);
   }
+  if (load == MODEL_MISSES && chunk > 4096)
+    /* The test is about partly loaded chunks: there must have been
+     * some (they fill up as the requests cover them).
+     */
+    g_assert_cmpuint (max_partial, >, 0);
+  /* Populate completes, partly loaded chunks and the partial last
+   * chunk included.
+   */
+  if (load == MODEL_SLOW_POPULATE) {
+    g_assert_cmpint (rb_wait_populated (rb, 120 * 1000), ==, 0);
+    rb_get_stats (rb, &st);
+    g_assert_cmpuint (st.partial_chunks, ==, 0);
+  }
+  g_assert_cmpint (rb_pread (rb, buf, size, 0), ==, 0);
+  g_assert_true (memcmp (buf, model, size) == 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  assert_file_equals (path, model, size);
+  unlink (path);
+  g_free (path);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
+static void
+test_model (gconstpointer chunkp)
+{
+  run_model (GPOINTER_TO_UINT (chunkp), MODEL_POPULATE);
+}
+
+/* Chunks loaded in part (reads of some sectors, writes of others,
+ * unaligned edges), written back, read, zeroed: the store and RAM must
+ * equal the model, so no sector that was never loaded reached the
+ * store, and none was loaded over newer data.
+ */
+static void
+test_model_misses (gconstpointer chunkp)
+{
+  run_model (GPOINTER_TO_UINT (chunkp), MODEL_MISSES);
+}
+
+static void
+test_model_slow_populate (gconstpointer chunkp)
+{
+  run_model (GPOINTER_TO_UINT (chunkp), MODEL_SLOW_POPULATE);
+}
+
+/* --- a miss costs what it asks for ------------------------------------ */
+
+static void
+no_populate (struct rb_config *c)
+{
+  c->populate = false;
+}
+
+static uint64_t
+demand_loaded (struct rb *rb)
+{
+  struct rb_stats st;
+
+  rb_get_stats (rb, &st);
+  return st.demand_loaded_bytes;
+}
+
+static uint64_t
+partial_chunks (struct rb *rb)
+{
+  struct rb_stats st;
+
+  rb_get_stats (rb, &st);
+  return st.partial_chunks;
+}
+
+/* 64 KiB chunks, nothing loaded: a 4 KiB read loads 4 KiB, a write of
+ * whole sectors loads nothing, a write of part of a sector loads that
+ * sector, a read across a sector boundary the two sectors; sequential
+ * reads read ahead.  Then the whole device reads back as the model,
+ * and reaches the store as the model.
+ */
+static void
+test_miss_cost (void)
+{
+  const uint32_t chunk = 65536;
+  size_t size = 4 * MiB + 5000;         /* a last chunk of 2 sectors */
+  char *path = temp_path ("misses");
+  struct rb_stats st;
+  uint8_t *model = g_malloc (size), *buf = g_malloc (size);
+  GRand *r = g_rand_new_with_seed (28);
+  uint64_t before;
+  struct rb *rb;
+
+  ts_fill_random (r, model, size);
+  write_file (path, model, size);
+  rb = open_rb (path, chunk, no_populate);
+
+  /* A 4 KiB read in chunk 5. */
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 5 * chunk + 8192), ==, 0);
+  g_assert_true (memcmp (buf, model + 5 * chunk + 8192, 4096) == 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 4096);
+  g_assert_cmpuint (partial_chunks (rb), ==, 1);
+
+  /* Again: a hit. */
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 5 * chunk + 8192), ==, 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 0);
+
+  /* 100 bytes across a sector boundary in chunk 9: two sectors. */
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 100, 9 * chunk + 4096 - 50), ==, 0);
+  g_assert_true (memcmp (buf, model + 9 * chunk + 4096 - 50, 100) == 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 8192);
+
+  /* A 4 KiB aligned write into chunk 20: no load at all. */
+  before = demand_loaded (rb);
+  ts_fill_random (r, buf, 4096);
+  g_assert_cmpint (rb_pwrite (rb, buf, 4096, 20 * chunk + 12288, 0), ==, 0);
+  memcpy (model + 20 * chunk + 12288, buf, 4096);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 0);
+  g_assert_cmpuint (partial_chunks (rb), ==, 3);
+
+  /* 100 bytes inside one sector of chunk 30: that sector. */
+  before = demand_loaded (rb);
+  ts_fill_random (r, buf, 100);
+  g_assert_cmpint (rb_pwrite (rb, buf, 100, 30 * chunk + 5000, 0), ==, 0);
+  memcpy (model + 30 * chunk + 5000, buf, 100);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 4096);
+
+  /* A zero of whole sectors in chunk 40: no load. */
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_zero (rb, 8192, 40 * chunk + 4096, 0), ==, 0);
+  memset (model + 40 * chunk + 4096, 0, 8192);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 0);
+
+  /* 9 of the 16 sectors of chunk 45: dense enough that a whole chunk
+   * would be written back, but 7 sectors were never loaded.
+   */
+  before = demand_loaded (rb);
+  ts_fill_random (r, buf, 9 * 4096);
+  g_assert_cmpint (rb_pwrite (rb, buf, 9 * 4096, 45 * chunk + 4096, 0),
+                   ==, 0);
+  memcpy (model + 45 * chunk + 4096, buf, 9 * 4096);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 0);
+
+  /* Written back: the store gets the written sectors only. */
+  g_assert_cmpint (rb_sync (rb, -1), ==, 0);
+  assert_file_equals (path, model, size);
+
+  /* Sequential 4 KiB reads in chunk 50: the second reads ahead (to
+   * the end of the chunk), the next ones hit.
+   */
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 50 * chunk + 4096), ==, 0);
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 50 * chunk + 8192), ==, 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, chunk - 8192);
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 50 * chunk + 12288), ==, 0);
+  g_assert_true (memcmp (buf, model + 50 * chunk + 12288, 4096) == 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 0);
+
+  /* The last chunk's first sector: the chunk is partial. */
+  before = demand_loaded (rb);
+  g_assert_cmpint (rb_pread (rb, buf, 100, 4 * MiB + 10), ==, 0);
+  g_assert_true (memcmp (buf, model + 4 * MiB + 10, 100) == 0);
+  g_assert_cmpuint (demand_loaded (rb) - before, ==, 4096);
+
+  /* Everything, partly loaded chunks and all: then every chunk is
+   * whole (the last one has no sectors past the device to wait for),
+   * and the image is populated.
+   */
+  g_assert_cmpint (rb_pread (rb, buf, size, 0), ==, 0);
+  g_assert_true (memcmp (buf, model, size) == 0);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.partial_chunks, ==, 0);
+  g_assert_true (st.populated);
   g_assert_cmpint (rb_close (rb), ==, 0);
   assert_file_equals (path, model, size);
   unlink (path);
@@ -194,6 +393,8 @@ slow_populate (struct rb_config *c)
   c->fsync_wait = true;
 }
 
+static uint32_t concurrent_chunk;
+
 static void
 run_concurrent (bool populate_race)
 {
@@ -208,7 +409,8 @@ run_concurrent (bool populate_race)
 
   ts_fill_random (r, model, size);
   write_file (path, model, size);
-  rb = open_rb (path, 4096, populate_race ? slow_populate : NULL);
+  rb = open_rb (path, concurrent_chunk ? concurrent_chunk : 4096,
+                populate_race ? slow_populate : NULL);
   if (!populate_race) {
     rb_atomic_store (&toggling, 1);
     tog = g_thread_new ("toggle", toggler_main, rb);
@@ -242,6 +444,17 @@ static void
 test_populate_race (void)
 {
   run_concurrent (true);
+}
+
+/* The same with 64 KiB chunks: writers and readers miss in chunks that
+ * populate is filling, and in chunks they load in part.
+ */
+static void
+test_populate_race_partial (void)
+{
+  concurrent_chunk = 65536;
+  run_concurrent (true);
+  concurrent_chunk = 0;
 }
 
 /* --- dirty limit --------------------------------------------------- */
@@ -630,6 +843,14 @@ main (int argc, char *argv[])
   g_test_add_data_func ("/core/model/4k", GUINT_TO_POINTER (4096), test_model);
   g_test_add_data_func ("/core/model/64k", GUINT_TO_POINTER (65536),
                         test_model);
+  g_test_add_data_func ("/core/model/64k-misses", GUINT_TO_POINTER (65536),
+                        test_model_misses);
+  g_test_add_data_func ("/core/model/1m-misses", GUINT_TO_POINTER (1 << 20),
+                        test_model_misses);
+  g_test_add_data_func ("/core/model/64k-slow-populate",
+                        GUINT_TO_POINTER (65536), test_model_slow_populate);
+  g_test_add_func ("/core/miss-cost", test_miss_cost);
+  g_test_add_func ("/core/populate-race-partial", test_populate_race_partial);
   g_test_add_func ("/core/toggle", test_toggle);
   g_test_add_func ("/core/populate-race", test_populate_race);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);

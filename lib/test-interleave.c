@@ -689,6 +689,57 @@ test_demand_load_waits (void)
   fx_finish (&f, "a demand load behind a write");
 }
 
+/* --- a miss does not wait for a populate batch elsewhere --------------- */
+
+/* 64 MiB of 64 KiB chunks, populate on, and its first read held in the
+ * store.  A 4 KiB read at 40 MiB must be served meanwhile: a populate
+ * batch covers little of the device at a time (before the store's
+ * bandwidth is known, a MiB), and its ranges hold back only requests
+ * inside it.  Loading everything in sight (8 requests of 8 MiB, all of
+ * the device) held every miss until the whole batch was in: seconds
+ * to minutes over a slow link.
+ */
+static void
+test_miss_beside_populate (void)
+{
+  const uint64_t size = 64 * MiB;
+  struct rb_config c = { .chunk_size = 65536, .populate = true,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_READ, .tag = "" };
+  g_autofree uint8_t *model = g_malloc (size), *got = g_malloc (4096);
+  GRand *r = g_rand_new_with_seed (28);
+  struct ts_gate *g;
+  struct tstore *ts;
+  struct fx f = { 0 };
+  struct job b;
+
+  ts_fill_random (r, model, size);
+  ts = ts_new (size, model);
+  c.store_override = ts_store (ts);
+  f.rb = rb_open (&c);
+  g_assert_nonnull (f.rb);
+  f.ts = ts;
+  g = ts_gate_arm (ts, &m, 0);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  ts_gate_wait (g);                     /* populate's first read, held */
+
+  b = (struct job) { .f = &f, .tag = "B", .op = J_READ, .buf = got,
+                     .len = 4096, .off = 40 * MiB };
+  job_start (&b);
+  TS_WAIT (rb_atomic_load (&b.done),
+           "a miss at 40 MiB while populate's first batch is held");
+  job_join (&b);
+  g_assert_cmpint (b.r, ==, 0);
+  if (memcmp (got, model + 40 * MiB, 4096) != 0)
+    g_error ("a miss beside a populate batch read the wrong data");
+
+  ts_gate_open (g);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_close (f.rb), ==, 0);
+  ts_free (ts);
+  g_rand_free (r);
+}
+
 /* --- FUA with fsync=wait is durable when it returns -------------------- */
 
 /* The flusher is held in a write back, so it cannot sync: a FUA write or
@@ -1685,6 +1736,8 @@ int
 main (int argc, char *argv[])
 {
   g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/interleave/miss-beside-populate",
+                   test_miss_beside_populate);
   g_test_add_func ("/interleave/flush-race", test_flush_race);
   g_test_add_func ("/interleave/write-during-store", test_write_during_store);
   g_test_add_func ("/interleave/populate-newer-write",

@@ -20,6 +20,7 @@ core_tests = \
 	test-lock.sh \
 	test-crash-resume.sh \
 	test-resume-mismatch.sh \
+	test-resume-format3.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \

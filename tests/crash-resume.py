@@ -16,6 +16,11 @@ every restart:
     what it reads is then what the model holds from there on;
   - status says image_source resumed-crash.
 
+Some starts have populate=false (the first one always): chunks are then
+loaded only in part, by the sectors the requests miss, and they are in
+that state at the kills; the run fails if no start ever resumed an
+image with such partial chunks (with chunks larger than a sector).
+
 The two connections never have overlapping requests in flight at once
 (overlapping requests in flight have no defined result in NBD).  Some
 cycles end in a clean stop instead: then the backing file must equal
@@ -464,7 +469,20 @@ def config (rng):
     r = rng.random ()
     if r < 0.4:
         extra.append ("flush-rate=%dK" % rng.choice ((256, 1024)))
+    if rng.random () < 0.35:
+        extra.append ("populate=false")
     return extra
+
+
+def no_populate (extra):
+    return extra if "populate=false" in extra else extra + ["populate=false"]
+
+
+def count_partial (server, stats):
+    """Before anything reads the device (which loads what is missing):
+    did this start resume chunks that were loaded only in part?"""
+    if server.status ().get ("partial_chunks", 0) > 0:
+        stats["resumed with partial chunks"] += 1
 
 
 def run (rng, back_file, ram, model, fd):
@@ -474,9 +492,9 @@ def run (rng, back_file, ram, model, fd):
              "writethrough kills": 0, "kills with data to write back": 0,
              "chunks written back at resume": 0,
              "kills with a sync held": 0, "kills with a store held": 0,
-             "ops": 0}
+             "resumed with partial chunks": 0, "ops": 0}
     wl = Workload (model, rng, False)
-    server = Server (back, ram, config (rng))
+    server = Server (back, ram, no_populate (config (rng)))
     st = server.status ()
     if st.get ("image_source", "populated") != "populated":
         M.fail ("first start: image_source %s" % st.get ("image_source"))
@@ -488,6 +506,12 @@ def run (rng, back_file, ram, model, fd):
         if not CYCLES and time.monotonic () - t0 > SECONDS:
             break
         kind = rng.random ()
+        # The first cycle: a kill of the populate=false start, and a
+        # restart with populate=false, which finds the chunks that the
+        # requests loaded in part.
+        first = cycle == 1
+        if first:
+            kind = 1.0
         if kind < 0.12:
             # A clean stop: the backing file is the model; the next
             # start resumes with nothing to write.
@@ -496,6 +520,7 @@ def run (rng, back_file, ram, model, fd):
             stats["clean stops"] += 1
             model.check_file (back_file, "backing file after a clean stop")
             server = Server (back, ram, config (rng))
+            count_partial (server, stats)
             h = M.connect (server.uri)
             model.check_nbd (h, "device after a clean stop and resume")
             h.shutdown ()
@@ -520,7 +545,7 @@ def run (rng, back_file, ram, model, fd):
             delay = rng.uniform (0.05, 1.5)
             populating = True
         else:
-            delay = rng.uniform (0.02, 1.0)
+            delay = rng.uniform (0.3 if first else 0.02, 1.0)
             populating = False
             if "mode=writethrough" in server.args:
                 stats["writethrough kills"] += 1
@@ -532,7 +557,9 @@ def run (rng, back_file, ram, model, fd):
             stats["kills with a %s held"
                   % ("sync" if hold == "flush" else "store")] += 1
         stats["kills"] += 1
-        server = Server (back, ram, config (rng))
+        server = Server (back, ram, no_populate (config (rng)) if first
+                         else config (rng))
+        count_partial (server, stats)
         h = M.connect (server.uri)
         wl.check_after_crash (h, "device after kill -9 #%d and resume"
                               % stats["kills"])
@@ -548,6 +575,9 @@ def run (rng, back_file, ram, model, fd):
     wl.run_then_stop (server, 0.2)
     server.stop ()
     model.check_file (back_file, "backing file after the final clean stop")
+    if CHUNK > 4096 and cycle > 1 and stats["resumed with partial chunks"] == 0:
+        M.fail ("no start resumed an image with partial chunks: the test "
+                "did not test them (%s)" % stats)
     stats["ops"] = sum (wl.counts.values ())
     if fd:
         stats["test server restarts"] = fd.restarts

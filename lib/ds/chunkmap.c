@@ -128,6 +128,10 @@ chunkmap_free (struct chunkmap *cm)
     rb_free (cm->words);
   if (!cm->sect_external)
     rb_free (cm->sect);
+  if (!cm->part_external) {
+    rb_free (cm->part);
+    rb_free (cm->valid);
+  }
   sumbits_free (&cm->dirty_hint);
   sumbits_free (&cm->empty_hint);
   memset (cm, 0, sizeof *cm);
@@ -163,6 +167,19 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
     if (m & ~old)
       rb_atomic_add (&cm->sect_set, (uint64_t) rb_popcount64 (m & ~old));
     s += k;
+  }
+}
+
+void
+chunkmap_mark_bits (struct chunkmap *cm, uint64_t s, uint64_t b)
+{
+  while (b) {
+    unsigned lo = rb_ctz64 (b), len;
+    uint64_t x = b >> lo;
+
+    len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
+    chunkmap_mark (cm, s + lo, len);
+    b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
   }
 }
 
@@ -255,6 +272,199 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
     }
   }
   return 0;
+}
+
+/* Words of the sector bits (and of V). */
+static uint64_t
+sect_words (const struct chunkmap *cm)
+{
+  uint64_t nbits = cm->nchunks << cm->sect_per_chunk_shift;
+  return (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
+}
+
+/* Clear the V bits of chunk c (an EMPTY chunk's, at init). */
+static void
+clear_valid (struct chunkmap *cm, uint64_t c)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  while (s < end) {
+    unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
+    cm->valid[s / 64] &= ~bit_range (s % 64, n);
+    s += n;
+  }
+}
+
+int
+chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
+                       bool existing, uint64_t nsect)
+{
+  uint64_t npw = (cm->nchunks + 63) / 64 ? (cm->nchunks + 63) / 64 : 1;
+  uint64_t nsw = sect_words (cm), w;
+
+  rb_assert (cm->sect != NULL && cm->sect_per_chunk_shift > 0);
+  if (part) {
+    cm->part = part;
+    cm->valid = valid;
+    cm->part_external = true;
+    if (!existing) {
+      memset (part, 0, npw * sizeof (uint64_t));
+      memset (valid, 0, nsw * sizeof (uint64_t));
+    }
+  }
+  else {
+    cm->part = rb_calloc (npw, sizeof (uint64_t));
+    cm->valid = rb_calloc (nsw, sizeof (uint64_t));
+    if (cm->part == NULL || cm->valid == NULL) {
+      rb_free (cm->part);
+      rb_free (cm->valid);
+      cm->part = cm->valid = NULL;
+      rb_set_errno (ENOMEM);
+      return -1;
+    }
+    existing = false;
+  }
+  cm->npartial = 0;
+  cm->nsect = nsect;
+  if (!existing)
+    return 0;
+  for (w = 0; w < npw; w++) {
+    uint64_t b = cm->part[w];
+    while (b) {
+      uint64_t c = w * 64 + rb_ctz64 (b);
+      b &= b - 1;
+      if (c >= cm->nchunks || chunkmap_get (cm, c) == CS_EMPTY) {
+        cm->part[w] &= ~(UINT64_C (1) << (c % 64));
+        if (c < cm->nchunks)
+          clear_valid (cm, c);
+      }
+      else
+        cm->npartial++;
+    }
+  }
+  return 0;
+}
+
+bool
+chunkmap_any_partial (const struct chunkmap *cm, uint64_t c, uint64_t n)
+{
+  uint64_t end = c + n;
+
+  if (cm->part == NULL || rb_atomic_load (&cm->npartial) == 0)
+    return false;
+  while (c < end) {
+    unsigned lo = c % 64, k = RB_MIN_U (end - c, (uint64_t) 64 - lo);
+    if (rb_atomic_load (&cm->part[c / 64]) & bit_range (lo, k))
+      return true;
+    c += k;
+  }
+  return false;
+}
+
+uint64_t
+chunkmap_next_partial (const struct chunkmap *cm, uint64_t from)
+{
+  uint64_t w, npw = (cm->nchunks + 63) / 64;
+
+  if (cm->part == NULL || from >= cm->nchunks ||
+      rb_atomic_load (&cm->npartial) == 0)
+    return UINT64_MAX;
+  for (w = from / 64; w < npw; w++) {
+    uint64_t b = rb_atomic_load (&cm->part[w]);
+    if (w == from / 64)
+      b &= ~UINT64_C (0) << (from % 64);
+    if (b)
+      return w * 64 + rb_ctz64 (b);
+  }
+  return UINT64_MAX;
+}
+
+void
+chunkmap_set_partial (struct chunkmap *cm, uint64_t c)
+{
+  uint64_t m = UINT64_C (1) << (c % 64), *w = &cm->part[c / 64];
+  uint64_t old = rb_atomic_load (w);
+
+  /* (rb_atomic_or returns the new value: a CAS, to count once.) */
+  while (!(old & m)) {
+    if (rb_atomic_cas (w, &old, old | m)) {
+      rb_atomic_add (&cm->npartial, 1);
+      return;
+    }
+  }
+}
+
+void
+chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n)
+{
+  uint64_t end = s + n;
+
+  while (s < end) {
+    unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
+    rb_atomic_or (&cm->valid[s / 64], bit_range (lo, k));
+    s += k;
+  }
+}
+
+uint64_t
+chunkmap_valid_bits (const struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  unsigned lo = s % 64;
+
+  return (rb_atomic_load (&cm->valid[s / 64]) & bit_range (lo, n)) >> lo;
+}
+
+uint64_t
+chunkmap_invalid (const struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  uint64_t c = s >> cm->sect_per_chunk_shift;
+  uint64_t all;
+
+  if (s >= cm->nsect)
+    return 0;
+  n = RB_MIN_U (n, cm->nsect - s);      /* none past the device */
+  all = n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
+
+  if (chunkmap_partial (cm, c))
+    return ~chunkmap_valid_bits (cm, s, n) & all;
+  return chunkmap_get (cm, c) == CS_EMPTY ? all : 0;
+}
+
+bool
+chunkmap_complete (struct chunkmap *cm, uint64_t c)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+  if (!chunkmap_partial (cm, c))
+    return chunkmap_get (cm, c) != CS_EMPTY;
+  end = RB_MIN_U (end, cm->nsect);      /* past the device: valid */
+  while (s < end) {
+    unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
+    if (chunkmap_valid_bits (cm, s, n) != bit_range (0, n))
+      return false;
+    s += n;
+  }
+  chunkmap_make_whole (cm, c);
+  return true;
+}
+
+void
+chunkmap_make_whole (struct chunkmap *cm, uint64_t c)
+{
+  uint64_t m = UINT64_C (1) << (c % 64), *w, old;
+
+  if (cm->part == NULL)
+    return;
+  w = &cm->part[c / 64];
+  old = rb_atomic_load (w);
+  while (old & m) {
+    if (rb_atomic_cas (w, &old, old & ~m)) {
+      rb_atomic_sub (&cm->npartial, 1);
+      return;
+    }
+  }
 }
 
 enum chunk_state

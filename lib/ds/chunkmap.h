@@ -63,6 +63,38 @@
  * exclusively (no writer between its mark and its move), for DIRTY and
  * ZERO chunks alike.  Without sector bits (the kernel target), a DIRTY
  * chunk is written back whole.
+ *
+ * Partial chunks (optional, chunkmap_init_partial, with sector bits):
+ * a chunk may be loaded a sector at a time, so that a miss costs what
+ * it asks for.  Two more bitmaps:
+ *   P  one bit per chunk: the chunk is partial, only some of its
+ *      sectors hold valid data in RAM;
+ *   V  one bit per sector (numbered like the sector bits): with P set,
+ *      the sector holds valid data (loaded from the store, or written
+ *      whole by the application).  Without P, V means nothing.
+ * States with P:
+ *   EMPTY, no P    nothing valid (and no V bit set)
+ *   EMPTY, P       transient: a load or write is making it partial,
+ *                  under its range
+ *   CLEAN, P       the valid sectors equal the store
+ *   DIRTY, P       the dirty sectors (sector bits) are valid sectors
+ *   ZERO           never partial (a zero makes a chunk whole first)
+ *   not EMPTY, no P: every sector valid ("whole")
+ * Rules:
+ *   - P is set (chunkmap_set_partial) only on a chunk that is EMPTY or
+ *     partial, before its first V bit, and before it leaves EMPTY;
+ *     once cleared (chunkmap_complete, chunkmap_make_whole) it is never
+ *     set again, and V bits are never cleared while serving (so they
+ *     may be read in any order against P);
+ *   - V and P change only under a range (rangelock.h) over the sectors
+ *     concerned: the I/O fast path never touches a partial chunk (it
+ *     takes it for not loaded), so nothing lock-free reads a sector
+ *     whose V is changing;
+ *   - a dirty sector is always valid, so write back (which writes only
+ *     dirty sectors of a partial chunk, never the chunk whole) and the
+ *     journal never store bytes that were not loaded.
+ * The loaded counter counts chunks not EMPTY, partial or not; the
+ * partial counter those with P.
  */
 
 #ifndef RAMBACK_CHUNKMAP_H
@@ -95,6 +127,12 @@ struct chunkmap {
   bool sect_external;            /* sect belongs to the caller */
   uint64_t sect_set;             /* sector bits set (atomic) */
   unsigned sect_per_chunk_shift; /* log2 (sectors per chunk) */
+  uint64_t *part;                /* P bits, NULL: no partial chunks */
+  uint64_t *valid;               /* V bits (see above) */
+  bool part_external;            /* part and valid are the caller's */
+  uint64_t npartial;             /* chunks with P (atomic) */
+  uint64_t nsect;                /* sectors of the device: those past it
+                                    (in the last chunk) count as valid */
 };
 
 extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
@@ -122,8 +160,79 @@ extern int chunkmap_init_sectors (struct chunkmap *cm,
                                   unsigned per_chunk_shift,
                                   uint64_t *words, bool existing);
 
+/* Add partial chunks (after chunkmap_init_sectors, with at least two
+ * sectors per chunk): P and V in the caller's memory ('part':
+ * (nchunks + 63) / 64 words, 'valid': as many as the sector bits), or
+ * allocated if part is NULL.  existing: they hold P and V from before
+ * (a resumed image): kept, except that EMPTY chunks lose theirs (an
+ * EMPTY chunk is never trusted); else they are cleared.  nsect: the
+ * device's sectors (the last chunk may have fewer).
+ */
+extern int chunkmap_init_partial (struct chunkmap *cm, uint64_t *part,
+                                  uint64_t *valid, bool existing,
+                                  uint64_t nsect);
+
+/* Is chunk c partial?  False without partial chunks. */
+static inline bool
+chunkmap_partial (const struct chunkmap *cm, uint64_t c)
+{
+  return cm->part &&
+    ((rb_atomic_load (&cm->part[c / 64]) >> (c % 64)) & 1);
+}
+
+/* Is any chunk of [c, c+n) partial? */
+extern bool chunkmap_any_partial (const struct chunkmap *cm, uint64_t c,
+                                  uint64_t n);
+
+/* First partial chunk >= from, or UINT64_MAX. */
+extern uint64_t chunkmap_next_partial (const struct chunkmap *cm,
+                                       uint64_t from);
+
+/* Chunks with P now. */
+static inline uint64_t
+chunkmap_npartial (const struct chunkmap *cm)
+{
+  return rb_atomic_load (&cm->npartial);
+}
+
+/* Mark chunk c partial (it is EMPTY or partial; range held). */
+extern void chunkmap_set_partial (struct chunkmap *cm, uint64_t c);
+
+/* Set the V bits [s, s+n) (their chunks are partial; range held). */
+extern void chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n);
+
+/* The V bits [s, s+n), n <= 64, within one word (as chunkmap_peek_bits):
+ * which sectors are valid, for the caller to combine with P and the
+ * state (chunkmap_invalid).
+ */
+extern uint64_t chunkmap_valid_bits (const struct chunkmap *cm, uint64_t s,
+                                     unsigned n);
+
+/* The sectors of [s, s+n) (n <= 64, one word) that are not valid in
+ * RAM: all of them in an EMPTY chunk that is not partial, those
+ * without V in a partial chunk, none in a whole chunk.  All in one
+ * chunk.  Range held over them.
+ */
+extern uint64_t chunkmap_invalid (const struct chunkmap *cm, uint64_t s,
+                                  unsigned n);
+
+/* If partial chunk c has every V bit, it is whole now: clear P.
+ * Returns true if c is whole (or was).
+ */
+extern bool chunkmap_complete (struct chunkmap *cm, uint64_t c);
+
+/* Chunk c is whole from now on (a write or zero covers all of it): clear
+ * P.  Range held.
+ */
+extern void chunkmap_make_whole (struct chunkmap *cm, uint64_t c);
+
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
+
+/* Set the sector bits of bitmap b (bit 0: sector s; one word of
+ * sectors, as chunkmap_take_bits returns them).
+ */
+extern void chunkmap_mark_bits (struct chunkmap *cm, uint64_t s, uint64_t b);
 
 /* Clear and return the sector bits [s, s+n), n <= 64, within one
  * 64-bit word (s % 64 + n <= 64); bit 0 of the result is sector s.

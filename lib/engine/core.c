@@ -167,6 +167,22 @@ rb_open (const struct rb_config *config)
                   " chunks", rb->nchunks);
     goto fail;
   }
+  /* Partial chunks (chunkmap.h): a miss loads the sectors it asks
+   * for, not the chunk.  Not with a RAM image file of format 3 or
+   * older, which has no room for their bits: that start loads whole
+   * chunks, as the image's maker did.
+   */
+  if (rb->chunk_shift > rb->sector_shift &&
+      (rb->ram.map_words == NULL || rb->ram.part_words != NULL) &&
+      chunkmap_init_partial (&rb->map, rb->ram.part_words,
+                             rb->ram.valid_words,
+                             rb->ram.source != RAMIMAGE_POPULATED,
+                             (rb->size + (UINT64_C (1) << rb->sector_shift)
+                              - 1) >> rb->sector_shift) == -1) {
+    rb_set_error (errno, "cannot allocate the partial chunk map for %"
+                  PRIu64 " chunks", rb->nchunks);
+    goto fail;
+  }
   if (rb->ram.source != RAMIMAGE_POPULATED) {
     rbi_resume_map (rb);
     rbi_check_populated (rb);

@@ -242,7 +242,7 @@ data_bytes (struct rb *rb, const struct rb_run *runs, size_t k)
  * stretched to cover them: a few clean sectors are written again, from
  * RAM, which is always safe.
  */
-static void
+static bool
 add_sectors (struct rb *rb, struct rb_io *ios, size_t *nio, size_t cap,
              size_t run_first_io, uint64_t s, uint64_t n)
 {
@@ -250,24 +250,44 @@ add_sectors (struct rb *rb, struct rb_io *ios, size_t *nio, size_t cap,
   struct rb_io *last = *nio > run_first_io ? &ios[*nio - 1] : NULL;
 
   if (off >= rb->size)
-    return;
+    return true;
   end = RB_MIN (end, rb->size);
-  if (last && (last->offset + last->count == off || *nio == cap)) {
+  if (last && last->offset + last->count == off) {
     last->count = end - last->offset;
-    return;
+    return true;
   }
-  rb_assert (*nio < cap);
+  if (*nio == cap) {
+    uint64_t gap = last ? last->offset + last->count : 0;
+
+    /* Stretched over sectors that may not be valid (a partial chunk,
+     * chunkmap.h): those bytes were never loaded, and must not reach
+     * the store.  The caller keeps these sectors dirty instead.
+     */
+    if (last == NULL ||
+        chunkmap_any_partial (&rb->map, rbi_chunk_of (rb, gap),
+                              rbi_chunk_of (rb, off - 1) -
+                              rbi_chunk_of (rb, gap) + 1))
+      return false;
+    last->count = end - last->offset;
+    return true;
+  }
   ios[(*nio)++] = (struct rb_io) {
     .op = RB_IO_WRITE, .buf = rb->ram.base + off,
     .count = end - off, .offset = off,
   };
+  return true;
 }
 
 /* Take the DIRTY run's chunks one by one: CAS to CLEAN, then take
  * their sector bits (chunkmap.h for the order) and turn the dirty
  * sectors into requests.  A chunk that turned ZERO meanwhile is
- * written whole (RAM is all zero there, the store is not).  Returns
- * the chunks taken.
+ * written whole (RAM is all zero there, the store is not).  A partial
+ * chunk (chunkmap.h) is never written whole, and of its dirty sectors
+ * only the valid ones: a write that is filling a sector not loaded
+ * marks it dirty before its copy and valid after (io.c, part_done).
+ * What is left out (those, or sectors the batch has no request for)
+ * is marked again and the chunk dirtied again, for a later sweep.
+ * Returns the chunks taken.
  */
 static uint64_t
 take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
@@ -281,10 +301,13 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
     uint64_t moved[4], s, end;
     bool whole;
 
+    bool part, left = false;
+
     if (chunkmap_move (&rb->map, c, 1, CS_ANY_DIRTY, CS_CLEAN, moved) == 0)
       continue;
     taken++;
-    whole = moved[CS_ZERO] > 0 || *nio == cap || dense (rb, c);
+    part = chunkmap_partial (&rb->map, c);
+    whole = !part && (moved[CS_ZERO] > 0 || *nio == cap || dense (rb, c));
     s = c << shift;
     end = s + (UINT64_C (1) << shift);
     while (s < end) {
@@ -293,16 +316,29 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
 
       if (whole)
         b = n == 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
+      if (part) {
+        uint64_t inval = b & ~chunkmap_valid_bits (&rb->map, s, n);
+
+        chunkmap_mark_bits (&rb->map, s, inval);
+        left |= inval != 0;
+        b &= ~inval;
+      }
       while (b) {
         unsigned lo = rb_ctz64 (b), len;
         uint64_t x = b >> lo;
 
         len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
-        add_sectors (rb, ios, nio, cap, first_io, s + lo, len);
+        if (!add_sectors (rb, ios, nio, cap, first_io, s + lo, len)) {
+          chunkmap_mark (&rb->map, s + lo, len);
+          left = true;
+        }
         b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
       }
       s += n;
     }
+    /* After the bits (chunkmap.h): dirty again, for a later sweep. */
+    if (left)
+      chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   }
   return taken;
 }

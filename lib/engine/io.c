@@ -31,12 +31,21 @@
  *    (zeroes): wasteful, never wrong, and only when the flusher
  *    catches the chunk within that window.
  *
- *  - Slow path: some chunk is still EMPTY (populate has not reached it).
- *    Take a range over the chunks, load what the request needs ahead of
- *    the background scan (a read needs all of it, a write only the
- *    partially covered head and tail chunks), do the request, release.
- *    Holding the range is what keeps a background load from landing on
- *    top of the write (the populate race).
+ *  - Slow path: some chunk is still EMPTY (populate has not reached it)
+ *    or partial (loaded in part, chunkmap.h).  Take a range, load what
+ *    the request needs ahead of the background scan, do the request,
+ *    release.  Holding the range is what keeps a background load from
+ *    landing on top of the write (the populate race).  With partial
+ *    chunks (userspace: sector bits finer than the chunk) a miss costs
+ *    what it asks for: a read loads the sectors it touches that are not
+ *    valid, under a range over those sectors only (misses elsewhere in
+ *    the chunk load in parallel), and reads ahead when it is
+ *    sequential; a write loads only a head or tail sector it covers in
+ *    part, marks the chunks it covers in part partial before the copy
+ *    (part_prepare) and its sectors valid after it (part_done), under
+ *    a range over its chunks.  Without (the kernel target, 4K chunks) a
+ *    read loads its chunks, a write its partially covered head and
+ *    tail chunks.
  *
  *  - Writethrough: take a range (ordered after any store or writethrough
  *    already in flight on those chunks: the flush race, and arrival
@@ -101,11 +110,23 @@ req_init (struct rb *rb, struct req *r, enum op op, const void *buf,
   r->nowait = false;
 }
 
+/* Misses load sectors, not chunks (partial chunks, chunkmap.h): with
+ * sector bits finer than the chunk, in userspace.  The kernel target
+ * has no sector bits: it loads whole chunks.
+ */
+static inline bool
+sectored (const struct rb *rb)
+{
+  return rb->map.part != NULL;
+}
+
+/* Every chunk of [c0, c1] whole (loaded, not partial). */
 static bool
 loaded (struct rb *rb, uint64_t c0, uint64_t c1)
 {
   return rb_atomic_load (&rb->populated) ||
-    chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED);
+    (chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED) &&
+     !chunkmap_any_partial (&rb->map, c0, c1 - c0 + 1));
 }
 
 static void
@@ -125,11 +146,27 @@ partial (struct rb *rb, const struct req *r, uint64_t c)
 }
 
 /* Load the head and tail chunks if the request covers them partly (the
- * rest of those chunks must come from the store).  Range held.
+ * rest of those chunks must come from the store).  With partial chunks
+ * only the head and tail sectors, if the request covers them in part:
+ * the sectors it covers whole become valid by the request itself
+ * (part_prepare, part_done).  Range held.
  */
 static int
 load_edges (struct rb *rb, const struct req *r)
 {
+  if (sectored (rb)) {
+    uint64_t sz = UINT64_C (1) << rb->sector_shift, mask = sz - 1;
+    uint64_t end = r->offset + r->count;
+
+    if ((r->offset & mask) &&
+        rbi_load_sectors (rb, r->offset & ~mask, (r->offset & ~mask) + sz,
+                          true) == -1)
+      return -1;
+    if ((end & mask) && end < rb->size &&
+        rbi_load_sectors (rb, end & ~mask, (end & ~mask) + sz, true) == -1)
+      return -1;
+    return 0;
+  }
   if (partial (rb, r, r->c0) && rbi_load_chunks (rb, r->c0, 1) == -1)
     return -1;
   if (r->c1 != r->c0 && partial (rb, r, r->c1) &&
@@ -145,6 +182,62 @@ full_chunks (struct rb *rb, const struct req *r, uint64_t *f, uint64_t *l)
   *f = r->c0 + (partial (rb, r, r->c0) ? 1 : 0);
   *l = r->c1 - (partial (rb, r, r->c1) ? 1 : 0);
   return *f <= *l && !(r->c0 == r->c1 && partial (rb, r, r->c0));
+}
+
+/* Is chunk c whole (loaded, and not partial)? */
+static bool
+whole (struct rb *rb, uint64_t c)
+{
+  return chunkmap_get (&rb->map, c) != CS_EMPTY &&
+    !chunkmap_partial (&rb->map, c);
+}
+
+/* Before RAM changes (range held, edges loaded): a chunk the request
+ * covers in part and that is not whole is partial from now on
+ * (chunkmap.h: before it leaves EMPTY).  Chunks it covers whole need
+ * nothing: an EMPTY one becomes whole by the copy (move_dirty), a
+ * partial one after it (part_done).
+ */
+static void
+part_prepare (struct rb *rb, const struct req *r)
+{
+  uint64_t c;
+
+  if (!sectored (rb))
+    return;
+  for (c = r->c0; c <= r->c1; c++)
+    if (partial (rb, r, c) && !whole (rb, c))
+      chunkmap_set_partial (&rb->map, c);
+}
+
+/* After RAM changed, before the chunks are marked dirty: the sectors
+ * the request wrote are valid (those it covers in part were loaded),
+ * and a partial chunk it covered whole is whole.  Valid only after the
+ * copy: write back never stores a dirty sector whose V is not set yet
+ * (flush.c), and a resume after a crash in the middle loads it again.
+ */
+static void
+part_done (struct rb *rb, const struct req *r)
+{
+  uint64_t c, end = r->offset + r->count;
+  unsigned ss = rb->sector_shift;
+
+  if (!sectored (rb))
+    return;
+  for (c = r->c0; c <= r->c1; c++) {
+    uint64_t lo, hi;
+
+    if (!chunkmap_partial (&rb->map, c))
+      continue;
+    if (!partial (rb, r, c)) {
+      chunkmap_make_whole (&rb->map, c);
+      continue;
+    }
+    lo = RB_MAX (r->offset, rbi_chunk_offset (rb, c)) >> ss;
+    hi = (RB_MIN (end, rbi_chunk_offset (rb, c + 1)) - 1) >> ss;
+    chunkmap_set_valid (&rb->map, lo, hi - lo + 1);
+    chunkmap_complete (&rb->map, c);
+  }
 }
 
 /* Change RAM for the request. */
@@ -215,14 +308,14 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
       rbi_mark_sectors (rb, r->offset,
                         RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
                         r->offset);
-      moved += chunkmap_move (&rb->map, r->c0, 1, CS_BIT (CS_CLEAN),
-                              CS_DIRTY, NULL);
+      moved += chunkmap_move (&rb->map, r->c0, 1,
+                              CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
     if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
       rbi_mark_sectors (rb, rbi_chunk_offset (rb, r->c1),
                         end - rbi_chunk_offset (rb, r->c1));
-      moved += chunkmap_move (&rb->map, r->c1, 1, CS_BIT (CS_CLEAN),
-                              CS_DIRTY, NULL);
+      moved += chunkmap_move (&rb->map, r->c1, 1,
+                              CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
   }
   return moved;
@@ -346,9 +439,11 @@ writethrough (struct rb *rb, const struct req *r)
   /* The map may say CLEAN (a writethrough leaves it so): NB says that
    * RAM may differ from the store until a sync (resume.c).
    */
+  part_prepare (rb, r);
   if (rb->nb)
     rbi_nb_set (rb, r->c0, r->c1 - r->c0 + 1);
   apply (rb, r);
+  part_done (rb, r);
   /* A ZERO chunk that now holds data must not be written back as a
    * hole later: it is plain dirty now.  The flusher may have collected
    * it into a zero run already, but it takes such a run chunk by chunk
@@ -367,13 +462,18 @@ writethrough (struct rb *rb, const struct req *r)
   if (!fua)
     gen = rbi_write_begin (rb);
   if (rb->store->ops->submit (rb->store, &io, 1) == 0) {
-    /* Fully covered chunks that were never loaded now match the store.
-     * (A DIRTY chunk stays DIRTY: a racing writeback-mode write may have
-     * changed bytes we did not just store.)
+    /* Fully covered chunks that were never loaded now match the store,
+     * and so do the valid sectors of partial ones still EMPTY (the
+     * request's, and its edges, loaded).  (A DIRTY chunk stays DIRTY: a
+     * racing writeback-mode write may have changed bytes we did not
+     * just store.)
      */
     if (full_chunks (rb, r, &f, &l))
       chunkmap_move (&rb->map, f, l - f + 1, CS_BIT (CS_EMPTY), CS_CLEAN,
                      NULL);
+    if (sectored (rb))
+      chunkmap_move (&rb->map, r->c0, r->c1 - r->c0 + 1, CS_BIT (CS_EMPTY),
+                     CS_CLEAN, NULL);
     rb_atomic_add (r->op == OP_WRITE ? &rb->stored_bytes
                    : &rb->zeroed_bytes, r->count);
     if (r->op == OP_WRITE)
@@ -408,14 +508,17 @@ slow_path (struct rb *rb, const struct req *r)
   struct rl_node node;
   uint64_t start, end, pre;
 
+  rbi_note_miss (rb);
   range_of (rb, r->c0, r->c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
   if (load_edges (rb, r) == -1) {
     rangelock_release (&rb->rl, &node);
     return -1;
   }
+  part_prepare (rb, r);
   pre = premark_dirty (rb, r);
   apply (rb, r);
+  part_done (rb, r);
   mark_dirty (rb, r, pre);
   rangelock_release (&rb->rl, &node);
   rbi_check_populated (rb);
@@ -512,16 +615,50 @@ try_write (struct rb *rb, struct req *r)
   return true;
 }
 
-/* Make sure [c0, c1] is loaded (reads and NBD_CMD_CACHE). */
+/* A miss with partial chunks: load the sectors [offset, offset+count)
+ * touches that are not valid; a miss that starts where the last one's
+ * load ended is sequential and reads ahead, to the end of its last
+ * chunk (not further: a sparse copy, which reads what block status
+ * calls data, must not read the holes after it).  Only the sectors loaded
+ * are held, so misses on other sectors, of the same chunk too, load
+ * in parallel.
+ */
 static int
-ensure_loaded (struct rb *rb, uint64_t c0, uint64_t c1)
+load_miss (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  struct rl_node node;
+  uint64_t sz = UINT64_C (1) << rb->sector_shift;
+  uint64_t start = offset & ~(sz - 1);
+  uint64_t end = RB_MIN ((offset + count + sz - 1) & ~(sz - 1), rb->size);
+  int r;
+
+  if (rb_atomic_load (&rb->readahead_next) == offset)
+    end = RB_MIN (rbi_chunk_offset (rb, rbi_chunk_of (rb, end - 1) + 1),
+                  rb->size);
+  rb_atomic_store (&rb->readahead_next,
+                   end > offset + count ? end : offset + count);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
+  r = rbi_load_sectors (rb, start, end, true);
+  rangelock_release (&rb->rl, &node);
+  rbi_check_populated (rb);
+  return r;
+}
+
+/* Make sure [offset, offset+count) is loaded (reads, NBD_CMD_CACHE). */
+static int
+ensure_loaded (struct rb *rb, uint64_t offset, uint64_t count)
 {
   struct rl_node node;
   uint64_t start, end;
+  uint64_t c0 = rbi_chunk_of (rb, offset);
+  uint64_t c1 = rbi_chunk_of (rb, offset + count - 1);
   int r;
 
   if (loaded (rb, c0, c1))
     return 0;
+  rbi_note_miss (rb);
+  if (sectored (rb))
+    return load_miss (rb, offset, count);
   range_of (rb, c0, c1, &start, &end);
   rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
   r = rbi_load_chunks (rb, c0, c1 - c0 + 1);
@@ -544,8 +681,7 @@ do_read (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
   if (count == 0)
     return 0;
   trace_read (rb, count, offset);
-  if (ensure_loaded (rb, rbi_chunk_of (rb, offset),
-                     rbi_chunk_of (rb, offset + count - 1)) == -1)
+  if (ensure_loaded (rb, offset, count) == -1)
     return -1;
   copy_out (rb, buf, data, count, offset);
   return 0;
@@ -649,8 +785,7 @@ rb_cache (struct rb *rb, uint32_t count, uint64_t offset)
 {
   if (count == 0)
     return 0;
-  return ensure_loaded (rb, rbi_chunk_of (rb, offset),
-                        rbi_chunk_of (rb, offset + count - 1));
+  return ensure_loaded (rb, offset, count);
 }
 
 int

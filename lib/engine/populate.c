@@ -14,6 +14,12 @@
  * bandwidth goes to draining dirty data; on a UPS that is what matters)
  * and resumes when writeback mode returns.  Demand loads go on in both.
  *
+ * Chunks loaded in part (chunkmap.h: a miss loads only the sectors it
+ * asks for) are found through their P bits and filled one at a time,
+ * under a LOAD range over the chunk, with the sectors they lack
+ * (rbi_load_sectors, which demand misses use too); a whole-chunk run
+ * never includes one.
+ *
  * One batch (or one hole) is one call of rbi_populate_step(), which
  * returns the delay before the next; the populator thread
  * (populator_main) only pauses and waits that out.
@@ -27,17 +33,203 @@
 
 #define BATCH_IOS 8
 
+/* Populate yields to clients.  A batch holds LOAD ranges over what it
+ * reads until all of it is in, and a client request in them waits; on
+ * a slow link it also queues behind the batch.  So a batch is at most
+ * about BATCH_NS of the measured populate bandwidth (BATCH_FIRST
+ * before there is a measure), and while clients reach data not loaded
+ * yet (rbi_note_miss, in the last YIELD_NS) at most YIELD_BATCH, each
+ * followed by a pause YIELD_FACTOR times as long as it took: populate
+ * then takes about a fifth of the store's time, and misses the rest.
+ */
+#define BATCH_NS (100 * UINT64_C (1000000))
+#define BATCH_FIRST (1024 * 1024)
+#define YIELD_NS (200 * UINT64_C (1000000))
+#define YIELD_BATCH (256 * 1024)
+#define YIELD_FACTOR 9
+
+static bool
+clients_missing (struct rb *rb)
+{
+  uint64_t t = rb_atomic_load (&rb->last_miss_ns);
+
+  return t != 0 && rb_now_ns () - t < YIELD_NS;
+}
+
+/* Bytes for the next batch (above). */
+static uint64_t
+batch_budget (struct rb *rb, bool yielding)
+{
+  uint64_t bw = rb_atomic_load (&rb->populate_bw.bps);
+  uint64_t b = bw ? bw / (UINT64_C (1000000000) / BATCH_NS) : BATCH_FIRST;
+
+  if (yielding)
+    b = RB_MIN (b, (uint64_t) YIELD_BATCH);
+  return RB_MAX (b, (uint64_t) rb->chunk_size);
+}
+
 void
 rbi_check_populated (struct rb *rb)
 {
+  /* loaded before npartial: a chunk is marked partial before it leaves
+   * EMPTY (chunkmap.h), so with every chunk loaded, one still partial
+   * is seen.
+   */
   if (rb_atomic_load (&rb->populated) ||
-      chunkmap_loaded (&rb->map) < rb->nchunks)
+      chunkmap_loaded (&rb->map) < rb->nchunks ||
+      chunkmap_npartial (&rb->map) > 0)
     return;
   if (rb_atomic_xchg (&rb->populated, true))
     return;
   rb_log ("populated: all %" PRIu64 " chunks are in RAM", rb->nchunks);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   rb_cond_broadcast (&rb->populated_cond);
+}
+
+/* The run of chunks from c (at most max) that are EMPTY and not
+ * partial: what a whole-chunk load may read.
+ */
+static uint64_t
+empty_run (struct rb *rb, uint64_t c, uint64_t max)
+{
+  uint64_t n = chunkmap_run (&rb->map, c, max, CS_BIT (CS_EMPTY)), i;
+
+  for (i = 0; i < n; i++)
+    if (chunkmap_partial (&rb->map, c + i))
+      return i;
+  return n;
+}
+
+/* Sectors [s, s+n) were read from the store into RAM (range held): they
+ * are valid.  A chunk read whole becomes CLEAN; one read in part is
+ * partial first (chunkmap.h: P before its V bits, both before it leaves
+ * EMPTY), and whole once its last sector is in.
+ */
+static void
+sectors_loaded (struct rb *rb, uint64_t s, uint64_t n)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t end = s + n;
+
+  while (s < end) {
+    uint64_t c = s >> shift, cs = c << shift;
+    uint64_t ce = RB_MIN (cs + (UINT64_C (1) << shift), end);
+
+    if (s == cs && ce == cs + (UINT64_C (1) << shift))
+      chunkmap_make_whole (&rb->map, c);
+    else {
+      chunkmap_set_partial (&rb->map, c);
+      chunkmap_set_valid (&rb->map, s, ce - s);
+    }
+    chunkmap_move (&rb->map, c, 1, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+    chunkmap_complete (&rb->map, c);
+    s = ce;
+  }
+}
+
+/* Requests per submit of a sector load (on the stack, a kernel one
+ * too: it is built there, though only userspace has partial chunks).
+ */
+#define SECTOR_IOS 16
+
+int
+rbi_load_sectors (struct rb *rb, uint64_t start, uint64_t end, bool demand)
+{
+  unsigned ss = rb->sector_shift;
+  uint64_t s = start >> ss, se = ((RB_MIN (end, rb->size) - 1) >> ss) + 1;
+  uint64_t max_run = (uint64_t) RB_MAX_STORE_IO >> ss;
+  struct rb_io ios[SECTOR_IOS];
+  uint64_t runs[SECTOR_IOS][2];
+  size_t k, i;
+
+  if (start >= end)
+    return 0;
+  rb_assert (rb->map.part != NULL);
+  while (s < se) {
+    int err = 0;
+
+    /* Up to SECTOR_IOS runs of sectors not valid, merged across
+     * chunks, in one submit: a remote store runs them in parallel.
+     */
+    for (k = 0; k < SECTOR_IOS && s < se; ) {
+      unsigned n = RB_MIN (se - s, 64 - s % 64);
+      uint64_t c = s >> rb->map.sect_per_chunk_shift;
+      uint64_t cend = (c + 1) << rb->map.sect_per_chunk_shift;
+      uint64_t b;
+
+      n = RB_MIN ((uint64_t) n, cend - s);
+      b = chunkmap_invalid (&rb->map, s, n);
+      while (b && k < SECTOR_IOS) {
+        unsigned lo = rb_ctz64 (b), len;
+        uint64_t x = b >> lo;
+
+        len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
+        if (k > 0 && runs[k - 1][0] + runs[k - 1][1] == s + lo &&
+            runs[k - 1][1] + len <= max_run)
+          runs[k - 1][1] += len;
+        else {
+          runs[k][0] = s + lo;
+          runs[k][1] = len;
+          k++;
+        }
+        b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
+      }
+      if (b)                    /* out of requests: the rest next round */
+        break;
+      s += n;
+    }
+    if (k == 0)
+      continue;
+    for (i = 0; i < k; i++) {
+      uint64_t off = runs[i][0] << ss;
+      uint64_t len = RB_MIN ((runs[i][0] + runs[i][1]) << ss, rb->size) - off;
+      ios[i] = (struct rb_io) {
+        .op = RB_IO_READ, .buf = rb->ram.base + off, .count = len,
+        .offset = off,
+      };
+    }
+    rb->store->ops->submit (rb->store, ios, k);
+    for (i = 0; i < k; i++) {
+      if (ios[i].err) {
+        rbi_record_store_error (rb, ios[i].err,
+                                demand ? "load" : "populate read",
+                                ios[i].count, ios[i].offset);
+        if (err == 0)
+          err = ios[i].err;
+        continue;
+      }
+      sectors_loaded (rb, runs[i][0], runs[i][1]);
+      rb_atomic_add (&rb->loaded_bytes, ios[i].count);
+      if (demand)
+        rb_atomic_add (&rb->demand_loaded_bytes, ios[i].count);
+    }
+    if (err) {
+      rb_set_error (err, "cannot load %" PRIu64 " bytes at %" PRIu64
+                    " from the backing store", ios[0].count, ios[0].offset);
+      return -1;
+    }
+    /* Where the next round starts: after the last run taken (a word
+     * cut short by SECTOR_IOS is looked at again).
+     */
+    s = RB_MAX (s, runs[k - 1][0] + runs[k - 1][1]);
+  }
+  return 0;
+}
+
+/* Fill partial chunk c (the populator): its sectors not valid. */
+static int
+fill_partial (struct rb *rb, uint64_t c)
+{
+  struct rl_node node;
+  uint64_t start = rbi_chunk_offset (rb, c);
+  uint64_t end = start + rbi_chunks_bytes (rb, c, 1);
+  int r;
+
+  rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
+  r = rbi_load_sectors (rb, start, end, false);
+  rangelock_release (&rb->rl, &node);
+  rbi_check_populated (rb);
+  return r;
 }
 
 /* Read the EMPTY chunks of [first, first+n) in as few requests as
@@ -53,8 +245,7 @@ rbi_load_chunks (struct rb *rb, uint64_t first, uint64_t n)
   while (c < end) {
     uint64_t len, off, bytes;
 
-    len = chunkmap_run (&rb->map, c, RB_MIN (end - c, per_io),
-                        CS_BIT (CS_EMPTY));
+    len = empty_run (rb, c, RB_MIN (end - c, per_io));
     if (len == 0) {
       c++;
       continue;
@@ -141,7 +332,7 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
  * them in parallel).  Returns the chunk to continue from, or c on error.
  */
 static uint64_t
-load_batch (struct rb *rb, uint64_t c, uint64_t limit)
+load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
 {
   struct rl_node nodes[BATCH_IOS];
   struct rb_io ios[BATCH_IOS];
@@ -160,13 +351,12 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
                            (uint64_t) rb->chunk_size) >> rb->chunk_shift;
     per_io = RB_MAX (RB_MIN (per_io, cap), UINT64_C (1));
   }
+  per_io = RB_MAX (RB_MIN (per_io, budget >> rb->chunk_shift), UINT64_C (1));
 
   /* Find the runs (unlocked: only a hint; rechecked under the ranges). */
-  while (k < BATCH_IOS && next < limit &&
+  while (k < BATCH_IOS && next < limit && bytes < budget &&
          (!rb->populate_rate.bps || k == 0)) {
-    uint64_t n = chunkmap_run (&rb->map, next,
-                               RB_MIN (per_io, limit - next),
-                               CS_BIT (CS_EMPTY));
+    uint64_t n = empty_run (rb, next, RB_MIN (per_io, limit - next));
     if (n == 0) {
       uint64_t e = chunkmap_next (&rb->map, next, CS_BIT (CS_EMPTY));
       if (e == UINT64_MAX || e >= limit) {
@@ -204,8 +394,7 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit)
     /* A demand load may have got here first: load only what is still
      * EMPTY, which under the range means exactly the leading run.
      */
-    runs[i][1] = chunkmap_run (&rb->map, runs[i][0], runs[i][1],
-                               CS_BIT (CS_EMPTY));
+    runs[i][1] = empty_run (rb, runs[i][0], runs[i][1]);
     ios[i] = (struct rb_io) {
       .op = RB_IO_READ, .buf = rb->ram.base + off,
       .count = rbi_chunks_bytes (rb, runs[i][0], runs[i][1]), .offset = off,
@@ -265,11 +454,29 @@ rbi_populator_state_init (struct rb_populator_state *ps)
 uint64_t
 rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 {
-  uint64_t data, data_end, next;
+  uint64_t data, data_end, next, p, t0 = rb_now_ns ();
+  bool yielding = clients_missing (rb);
 
-  if (chunkmap_loaded (&rb->map) >= rb->nchunks)
+  if (chunkmap_loaded (&rb->map) >= rb->nchunks &&
+      chunkmap_npartial (&rb->map) == 0)
     return RB_STEP_DONE;
+  p = chunkmap_next_partial (&rb->map, ps->c);
   ps->c = chunkmap_next (&rb->map, ps->c, CS_BIT (CS_EMPTY));
+  if (p != UINT64_MAX && p < ps->c) {
+    /* A chunk loaded in part on demand (or written in part): the rest
+     * of it, sectors of the store in its gaps.
+     */
+    ps->wrapped = false;
+    ps->c = p;
+    if (fill_partial (rb, p) == -1) {
+      uint64_t delay = ps->backoff * 1000000;
+      ps->backoff = rbi_backoff_next_ms (ps->backoff);
+      return delay;
+    }
+    ps->backoff = BACKOFF_MIN_MS;
+    ps->c = p + 1;
+    return yielding ? (rb_now_ns () - t0) * YIELD_FACTOR : 0;
+  }
   if (ps->c == UINT64_MAX) {
     if (ps->wrapped)    /* counters and map disagree: cannot happen */
       return RB_STEP_DONE;
@@ -285,7 +492,8 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
     ps->c = data;
     return 0;
   }
-  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1));
+  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1),
+                     batch_budget (rb, yielding));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
     ps->backoff = rbi_backoff_next_ms (ps->backoff);
@@ -293,7 +501,7 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
   }
   ps->backoff = BACKOFF_MIN_MS;
   ps->c = next;
-  return 0;
+  return yielding ? (rb_now_ns () - t0) * YIELD_FACTOR : 0;
 }
 
 /* The POSIX populator thread: pause in writethrough mode, wait out what

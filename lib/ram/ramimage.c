@@ -44,6 +44,8 @@ _Static_assert (offsetof (struct ramimage_header, header_crc) == 1240,
                 "the RAM image header layout is part of the file format");
 _Static_assert (offsetof (struct ramimage_header, sect_offset) == 1248,
                 "the RAM image header layout is part of the file format");
+_Static_assert (offsetof (struct ramimage_header, part_offset) == 1264,
+                "the RAM image header layout is part of the file format");
 _Static_assert (sizeof (struct ramimage_header) <= RAMIMAGE_HEADER_SIZE,
                 "the RAM image header fits its block");
 _Static_assert (sizeof RAMIMAGE_MAGIC == 17, "16 bytes of magic");
@@ -324,11 +326,12 @@ log_takeover (const char *path, const struct ramimage_header *old,
 struct layout {
   uint32_t version;             /* of the file it describes */
   uint64_t map_offset, map_size, nb_offset, nb_size, sect_offset, sect_size;
+  uint64_t part_offset, part_size, valid_offset, valid_size;
   bool hugetlbfs, tmpfs;
   uint64_t free_bytes;
 };
 
-/* The layout of an image of format 'version' (2 or 3) for this start. */
+/* The layout of an image of format 'version' (2 to 4) for this start. */
 static int
 plan_layout (struct ramimage *ri, const struct ramimage_params *p,
              uint32_t version, struct layout *l)
@@ -357,7 +360,11 @@ plan_layout (struct ramimage *ri, const struct ramimage_params *p,
   l->sect_offset = l->nb_offset + l->nb_size;
   l->sect_size = version >= 3
     ? round_up (((nchunks << p->sect_shift) + 63) / 64 * 8, 4096) : 0;
-  ri->image_offset = round_up (l->sect_offset + l->sect_size, ri->block);
+  l->part_offset = l->sect_offset + l->sect_size;
+  l->part_size = version >= 4 ? l->nb_size : 0;
+  l->valid_offset = l->part_offset + l->part_size;
+  l->valid_size = version >= 4 ? l->sect_size : 0;
+  ri->image_offset = round_up (l->valid_offset + l->valid_size, ri->block);
   ri->mapped = round_up (p->size ? p->size : 1, ri->block);
   ri->file_size = ri->image_offset + ri->mapped;
   return 0;
@@ -466,7 +473,8 @@ crc_bytes (uint32_t crc, const uint8_t *b, size_t n)
 }
 
 /* CRC-32 (IEEE) of the header up to back_mtime_sec, state taken as 0,
- * and from format 3 on of sect_offset and sect_size.
+ * from format 3 on of sect_offset and sect_size, from format 4 on of
+ * part_offset to valid_size.
  */
 static uint32_t
 header_crc (const struct ramimage_header *h)
@@ -481,6 +489,9 @@ header_crc (const struct ramimage_header *h)
   if (le32toh (c.version) >= 3)
     crc = crc_bytes (crc, b + offsetof (struct ramimage_header, sect_offset),
                      2 * sizeof (uint64_t));
+  if (le32toh (c.version) >= 4)
+    crc = crc_bytes (crc, b + offsetof (struct ramimage_header, part_offset),
+                     4 * sizeof (uint64_t));
   return ~crc;
 }
 
@@ -506,6 +517,10 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   h.nb_size = htole64 (l->nb_size);
   h.sect_offset = htole64 (l->sect_offset);
   h.sect_size = htole64 (l->sect_size);
+  h.part_offset = htole64 (l->part_offset);
+  h.part_size = htole64 (l->part_size);
+  h.valid_offset = htole64 (l->valid_offset);
+  h.valid_size = htole64 (l->valid_size);
   h.block_size = htole64 (ri->block);
   fill_uuid (h.uuid);
   h.generation = htole64 (generation);
@@ -520,10 +535,10 @@ write_header (struct ramimage *ri, const struct ramimage_params *p,
   memcpy (&h.map_order, &order, 8);
   h.header_crc = htole32 (header_crc (&h));
   /* A taken over file keeps its first block: clear the old header's
-   * tail, the map, the NB bitmap and the sector bits (all chunks EMPTY,
-   * nothing NB, no sector dirty).
+   * tail, the map, the NB bitmap, the sector bits, P and V (all chunks
+   * EMPTY, nothing NB, no sector dirty, no chunk partial).
    */
-  memset (ri->file_map, 0, l->sect_offset + l->sect_size);
+  memset (ri->file_map, 0, l->valid_offset + l->valid_size);
   memcpy (ri->file_map, &h, sizeof h);
 }
 
@@ -561,6 +576,7 @@ discard_file (struct ramimage *ri, bool keep)
   ri->file_map = NULL;
   ri->base = NULL;
   ri->map_words = ri->nb_words = ri->sect_words = NULL;
+  ri->part_words = ri->valid_words = NULL;
   if (ri->owned && !keep && !(ri->created && remove_file (ri)) &&
       ftruncate (ri->fd, ri->block ? ri->block : RAMIMAGE_HEADER_SIZE) == -1)
     rb_log ("ram=%s: ftruncate: %s (ignored)", ri->path,
@@ -641,6 +657,10 @@ layout_matches (const struct ramimage_header *h, const struct ramimage *ri,
       le64toh (h->nb_size) != l->nb_size ||
       (l->version >= 3 && (le64toh (h->sect_offset) != l->sect_offset ||
                            le64toh (h->sect_size) != l->sect_size)) ||
+      (l->version >= 4 && (le64toh (h->part_offset) != l->part_offset ||
+                           le64toh (h->part_size) != l->part_size ||
+                           le64toh (h->valid_offset) != l->valid_offset ||
+                           le64toh (h->valid_size) != l->valid_size)) ||
       le64toh (h->image_offset) != ri->image_offset ||
       le64toh (h->image_size) != ri->mapped ||
       le64toh (h->block_size) != ri->block) {
@@ -690,7 +710,7 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
               "can be resumed");
     return TAKE_OVER;
   }
-  if (version != 2 && version != RAMIMAGE_VERSION) {
+  if (version != 2 && version != 3 && version != RAMIMAGE_VERSION) {
     rb_set_error (EPROTO, "ram=%s is a RAM image of format %" PRIu32
                   ", which this ramback (format %d) does not know: it "
                   "was made by another version of ramback, which may "
@@ -736,7 +756,9 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
                   le32toh (h->chunk_size), DISCARD_HINT, lost);
     return REFUSE;
   }
-  /* A format 2 image is resumed in its own layout (no sector bits). */
+  /* An older image is resumed in its own layout (format 2: no sector
+   * bits; format 3: no partial chunks).
+   */
   if (version != l->version && plan_layout (ri, p, version, l) == -1)
     return REFUSE;
   if (!layout_matches (h, ri, l, file_size, bad, sizeof bad)) {
@@ -924,6 +946,10 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
   ri->nb_words = (uint64_t *) (ri->file_map + l.nb_offset);
   ri->sect_words = l.sect_size
     ? (uint64_t *) (ri->file_map + l.sect_offset) : NULL;
+  ri->part_words = l.part_size
+    ? (uint64_t *) (ri->file_map + l.part_offset) : NULL;
+  ri->valid_words = l.valid_size
+    ? (uint64_t *) (ri->file_map + l.valid_offset) : NULL;
   if (d == TAKE_OVER) {
     ri->source = RAMIMAGE_POPULATED;
     write_header (ri, p, &l, generation);

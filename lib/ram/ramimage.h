@@ -49,11 +49,15 @@
  * survived a reboot on a disk file system, never synced) is taken over,
  * like a format 1 image (no state map) and one stopped in CREATING.
  * A format 2 image is resumed in its own layout, with every sector of
- * its dirty chunks taken as written; a new or taken over image is
- * format 3.
+ * its dirty chunks taken as written; a format 3 one in its own, with
+ * every loaded chunk whole (format 3 had no partial chunks), and that
+ * start loads whole chunks on a miss (it has nowhere to keep P and V);
+ * a new or taken over image is format 4, which adds the partial
+ * chunks' bits (chunkmap.h: P, which chunks are loaded only in part,
+ * and V, which of their sectors are).
  *
- * File layout (format 3; integers little-endian, the map, NB and sector
- * words in the host's byte order, checked with map_order):
+ * File layout (format 4; integers little-endian, the map, NB, sector,
+ * P and V words in the host's byte order, checked with map_order):
  *
  *   0              struct ramimage_header, zero-padded to
  *                  RAMIMAGE_HEADER_SIZE
@@ -64,6 +68,9 @@
  *   sect_offset    sect_size bytes: the sector bits, 64 sectors per
  *                  64-bit word, rounded up to 4 KiB (format 3; format 2
  *                  has none and the image follows the NB bitmap)
+ *   part_offset    part_size bytes: P, 64 chunks per 64-bit word,
+ *                  rounded up to 4 KiB (format 4)
+ *   valid_offset   valid_size bytes: V, as the sector bits (format 4)
  *   image_offset   the image, image_size bytes (the device size rounded
  *                  up to block_size); image_offset is a multiple of
  *                  block_size
@@ -75,8 +82,9 @@
  * dirty data may be in the image, and the map says which), CLEAN_STOP
  * after a clean stop (everything was on the backing store and synced,
  * whose mtime and ctime are recorded).  header_crc covers the header up
- * to back_mtime_sec with state taken as 0, and in format 3 also
- * sect_offset and sect_size: state and the times change with a single
+ * to back_mtime_sec with state taken as 0, in format 3 also
+ * sect_offset and sect_size, and in format 4 also part_offset to
+ * valid_size: state and the times change with a single
  * aligned store each, the rest only before serving.
  */
 
@@ -87,7 +95,7 @@
 #include "store.h"
 
 #define RAMIMAGE_MAGIC "RAMBACK-IMAGE\0\0\0"      /* 16 bytes */
-#define RAMIMAGE_VERSION 3
+#define RAMIMAGE_VERSION 4
 #define RAMIMAGE_MAP_ORDER UINT64_C (0x0102030405060708)
 #define RAMIMAGE_HEADER_SIZE 4096
 
@@ -133,7 +141,12 @@ struct ramimage_header {        /* offsets are part of the format */
   /* Format 3. */
   uint64_t sect_offset;         /* 1248 */
   uint64_t sect_size;           /* 1256 */
-};                              /* 1264 bytes */
+  /* Format 4. */
+  uint64_t part_offset;         /* 1264 */
+  uint64_t part_size;           /* 1272 */
+  uint64_t valid_offset;        /* 1280 */
+  uint64_t valid_size;          /* 1288 */
+};                              /* 1296 bytes */
 
 /* resume= */
 enum ramimage_resume {
@@ -171,6 +184,9 @@ struct ramimage {
   uint64_t *nb_words;     /* the NB bitmap in the file, or NULL */
   uint64_t *sect_words;   /* the sector bits in the file, or NULL
                              (anonymous memory, a format 2 image) */
+  uint64_t *part_words;   /* the partial chunks' P bits in the file */
+  uint64_t *valid_words;  /* and their V bits; both NULL: anonymous
+                             memory, or an image of format 2 or 3 */
   enum ramimage_source source;
   bool rewrite_all;       /* resume=force overrode a failed identity
                              check: write back every loaded chunk */

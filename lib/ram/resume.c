@@ -242,6 +242,39 @@ word_has_zero (uint64_t word)
   return (word & (word >> 1) & UINT64_C (0x5555555555555555)) != 0;
 }
 
+/* Partial chunks (chunkmap.h) of a resumed map: a ZERO one was zeroed
+ * whole again (above), so it is whole; of the others, only the valid
+ * sectors may be written back.  A dirty sector that is not valid
+ * belongs to a write cut short by the crash (it marks dirty before its
+ * copy and valid after it, io.c): never acknowledged, and its RAM is
+ * loaded again from the store, so it is not dirty.  (The marks above
+ * set every sector of a chunk; this takes those not valid off again.)
+ */
+static void
+resume_partial (struct rb *rb)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t c = 0;
+
+  while ((c = chunkmap_next_partial (&rb->map, c)) != UINT64_MAX) {
+    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+    if (chunkmap_get (&rb->map, c) == CS_ZERO) {
+      chunkmap_make_whole (&rb->map, c);
+      c++;
+      continue;
+    }
+    while (s < end) {
+      unsigned n = RB_MIN (end - s, 64 - s % 64);
+      uint64_t inval = ~chunkmap_valid_bits (&rb->map, s, n);
+      chunkmap_mark_bits (&rb->map, s,
+                          chunkmap_take_bits (&rb->map, s, n) & ~inval);
+      s += n;
+    }
+    c++;
+  }
+}
+
 void
 rbi_resume_map (struct rb *rb)
 {
@@ -283,6 +316,7 @@ rbi_resume_map (struct rb *rb)
       }
     }
   }
+  resume_partial (rb);
   to_write = chunkmap_dirty (&rb->map);
   rb->resumed_chunks = chunkmap_loaded (&rb->map);
   rb->resumed_to_write = to_write;
