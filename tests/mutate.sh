@@ -35,7 +35,7 @@ list=${MUTATE_LIST:-$top/tests/mutations.txt}
 tests=${MUTATE_TESTS-"test-acked-durable.sh test-zero-punch.sh \
 test-fsync-wait.sh test-error-backing.sh test-enospc.sh test-model.sh \
 test-populate.sh test-sync-error.sh test-journal-cow.sh test-filter-caps.sh \
-test-journal-crash.sh"}
+test-journal-crash.sh test-remote-lost-cache.sh"}
 tmo=${MUTATE_TIMEOUT:-900}
 
 scratch=${MUTATE_DIR:-$(mktemp -d "${TMPDIR:-/var/tmp}/ramback-mutate.XXXXXX")}

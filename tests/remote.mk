@@ -21,6 +21,7 @@ remote_tests = \
 	test-remote-stall.sh \
 	test-remote-stop-read.sh \
 	test-remote-flap.sh \
+	test-remote-lost-cache.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
