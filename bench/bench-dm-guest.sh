@@ -10,7 +10,8 @@
 # The guest side is dm/guest-bench.sh; the guest and the module are
 # built as for make check-dm (dm/guest-build.sh, dm/build.sh).
 #
-# Usage: bench/bench-dm-guest.sh
+# Usage: bench/bench-dm-guest.sh [--plot[=DIR]]  (--plot: the ratios as
+#   an SVG chart, gnuplot, in DIR, default here)
 # Environment: BENCH_SIZE_MB (device size, 128), BENCH_DELAY_R and
 #   BENCH_DELAY_W (dm-delay's read and write delays in ms, 2 and 5),
 #   BENCH_RUNTIME (seconds per fio run, 3), BENCH_REPS (3),
@@ -31,6 +32,15 @@ RUNTIME=${BENCH_RUNTIME:-3}
 
 die () { echo "FAIL: $*" >&2; exit 1; }
 say () { echo "[$(date +%T)] $*"; }
+plotdir=
+for a in "$@"; do
+  case $a in
+    --plot) plotdir=. ;;
+    --plot=*) plotdir=${a#*=} ;;
+    *) echo "${0##*/}: unknown option '$a' (the settings are environment variables)" >&2
+       exit 2 ;;
+  esac
+done
 command -v "$QEMU" >/dev/null || { echo "SKIP: no $QEMU" >&2; exit 77; }
 
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/ramback-dmbench.XXXXXX")
@@ -87,7 +97,7 @@ grep -aq '^RAMBACK-RESULT: PASS' "$T/console" ||
   die "guest: $(grep -a '^RAMBACK-RESULT:' "$T/console" || echo "no result, qemu exit $rc")"
 
 # Medians per device and job, then the ratios.
-grep -a '^RAMBACK-BENCH:' "$T/console" | awk '
+grep -a '^RAMBACK-BENCH:' "$T/console" | awk -v tsv="$T/plot.tsv" '
   { v[$2 " " $3] = v[$2 " " $3] " " $5; jobs[$3] = 1 }
   function median(s,   a, n, i, j, t) {
     n = split(s, a, " ")
@@ -103,6 +113,15 @@ grep -a '^RAMBACK-BENCH:' "$T/console" | awk '
       b = median(v["brd " j]); r = median(v["ramback " j]); d = median(v["delay " j])
       printf "%-12s %12d %12d %12d %10.2f %10.1f\n", j, b, r, d,
              (b > 0 ? r / b : 0), (d > 0 ? r / d : 0)
+      printf "%s\t%g\t%g\n", j, (b > 0 ? r / b : 0), (d > 0 ? r / d : 0) > tsv
     }
   }'
 echo "(IOPS for the 4 KiB jobs, KiB/s for the 1 MiB jobs; medians of $REPS; TCG: compare the ratios only)"
+if [ -n "$plotdir" ]; then
+  mkdir -p "$plotdir"
+  /usr/bin/python3 "$here/plot.py" "$plotdir/bench-dm-guest.svg" \
+    "dm-ramback in a QEMU guest (TCG): ratios of medians" "ratio (log scale)" \
+    "ramback / brd" "ramback / dm-delay" --log --target=1:"1x" < "$T/plot.tsv" ||
+    die "--plot: no chart"
+  echo "chart: $plotdir/bench-dm-guest.svg"
+fi

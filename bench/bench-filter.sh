@@ -35,7 +35,7 @@
 #
 #   bench/bench-filter.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #       [--runtime=S] [--repeat=N] [--delay=MS] [--backends=file,nbd]
-#       [--jobs=LIST] [--output=FILE] [--strict] [--keep]
+#       [--jobs=LIST] [--output=FILE] [--plot[=DIR]] [--strict] [--keep]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict: then 3 if a target is missed), 1 if something failed to run,
@@ -65,6 +65,8 @@ connections, five jobs.
   --jobs=LIST      some of randread4k,randwrite4k,seqread1m,seqwrite1m,fsync4k
   --quick          smaller and shorter (about 3 minutes)
   --output=FILE    also write the report to FILE
+  --plot[=DIR]     also draw the tables as SVG charts (gnuplot) in DIR
+                   (default: beside --output=, else here)
   --strict         exit 3 if a filter/plugin ratio is below 0.9
   --keep           keep the work directory
 EOF
@@ -264,6 +266,15 @@ for name, key in (("populate", "POP"), ("drain, 64K in every 128K", "DRAIN")):
         name, st.median(p) / 2**20, st.median(f) / 2**20, st.median(r),
         min(r), max(r)))
 EOP
+        POP="${popv[$bk,plugin]} |${popv[$bk,filter]}" \
+        DRAIN="${drainv[$bk,plugin]} |${drainv[$bk,filter]}" $PY - <<'EOP' |
+import os, statistics as st
+for name, key in (("populate", "POP"), ("drain, 64K in every 128K", "DRAIN")):
+    p, f = ([float(x) for x in v.split()] for v in os.environ[key].split("|"))
+    print("%s\t%g\t%g" % (name, st.median(p) / 2**20, st.median(f) / 2**20))
+EOP
+        plot_bars "$bk-bandwidth" "plugin and filter alone, $bk backend" \
+            MiB/s plugin filter
         echo
         ROWS=$(for job in "${jobs[@]}"; do
             echo "$job ${job_unit[$job]} |${vals[$bk,$job,plugin]} |${vals[$bk,$job,filter]} |${vals[$bk,$job,cache]}"
@@ -289,6 +300,19 @@ for line in os.environ["ROWS"].splitlines():
         rf[0], rf[1], rf[2], rc[0], rc[1], rc[2],
         ">=0.90 " + ("PASS" if rf[0] >= 0.9 else "MISS")))
 EOP
+        ROWS=$(for job in "${jobs[@]}"; do
+            echo "$job |${vals[$bk,$job,plugin]} |${vals[$bk,$job,filter]} |${vals[$bk,$job,cache]}"
+        done) $PY - <<'EOP' |
+import os, statistics as st
+for line in os.environ["ROWS"].splitlines():
+    job, p, f, c = (x.strip () for x in line.split("|"))
+    p, f, c = ([float(x) for x in s.split()] for s in (p, f, c))
+    r = lambda a: st.median([x / y for x, y in zip(a, p) if y] or [0])
+    print("%s\t%g\t%g" % (job, r(f), r(c)))
+EOP
+        plot_bars --target=0.9:"target, filter" "$bk-fio" \
+            "fio against the plugin form, $bk backend" \
+            "ratio to the plugin (median)" "filter/plugin" "cache/plugin"
     done
     echo
     echo "Ratios: median of the per-run ratios (lowest-highest in brackets)."

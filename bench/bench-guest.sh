@@ -17,8 +17,9 @@
 # socket "sync"), and a host-side check that the drained backing store
 # is a clean ext4 holding every file with the right checksum.
 #
-# Usage: bench/bench-guest.sh        (from a configured build tree, or
-#        with top_builddir=/path/to/build)
+# Usage: bench/bench-guest.sh [--plot[=DIR]]   (from a configured build
+#        tree, or with top_builddir=/path/to/build); --plot draws the
+#        table as an SVG chart (gnuplot) in DIR (default: here)
 # Environment: BENCH_DELAY (8ms), BENCH_RUNS (1; more gives the median),
 # BENCH_CONNS (nbd-client -C, 1), BENCH_BACK=nbd|file (nbd: the slow
 # model over NBD; file: a plain local file, for when the NBD backing is
@@ -38,6 +39,13 @@ fi
 prog=${0##*/} WORK=
 . "$here/lib.sh"
 . "$here/../qemu-guest/guest-lib.sh"
+for a in "$@"; do
+  case $a in
+    --plot|--plot=*) bench_opt "$a" ;;
+    *) echo "$prog: unknown option '$a' (the settings are environment variables)" >&2
+       exit 2 ;;
+  esac
+done
 
 delay=${BENCH_DELAY:-8ms}
 runs=${BENCH_RUNS:-1}
@@ -134,4 +142,9 @@ In the guest ($GUEST_ACCEL), $GUEST_FILES_A + $GUEST_FILES_B files, median of $r
   ramback drained to the slow disk $d s after the guest's sync returned
   host load average: $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end
 EOF
+printf '%s\t%s\t%s\n' "slow disk ($delay/request)" "$a" "$as" \
+  "ramback on it ($back)" "$b" "$bs" "nbdkit memory" "$c" "$cs" |
+  WORK=$T plot_bars --log untar "a QEMU guest: untar and sync on ext4 over NBD" \
+    "seconds (log scale)" "untar+sync" "sync alone"
+WORK=$T list_charts
 echo "bench-guest: slow=$a ramback=$b memory=$c sync_slow=$as sync_ramback=$bs sync_memory=$cs speedup=$(ratio "$a" "$b") vs_memory=$(ratio "$b" "$c") drain=$d accel=$GUEST_ACCEL delay=$delay back=$back"

@@ -6,8 +6,10 @@
 #   bench/bench-journal.sh [--build=DIR] [--dir=DIR] [--size=SIZE]
 #                          [--runtime=SECONDS] [--repeat=N] [--delay=MS]
 #                          [--journal-dir=DIR] [--drain=SIZE]
-#                          [--only=fio|drain]
+#                          [--only=fio|drain] [--plot[=DIR]]
 #
+# --plot draws the two tables as SVG charts (gnuplot) in DIR (default:
+# the current directory).
 # Three ramback configurations on the same machine, in paired runs (each
 # round runs every configuration once, in turn; medians are kept):
 #   plain     back=IMG fsync=wait                 (no journal)
@@ -54,7 +56,9 @@ for arg in "$@"; do
         --journal-dir=*) jdir=${arg#*=} ;;
         --drain=*) drain=${arg#*=} ;;
         --only=*) only=${arg#*=} ;;
-        -h|--help) sed -n '3,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --plot) plot=yes ;;
+        --plot=*) plot=yes plotdir=${arg#*=} ;;
+        -h|--help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "$prog: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -155,12 +159,22 @@ for j in "${jobs[@]}"; do
     n=$(median ${res[nbdkit,$j]})
     printf '%-12s %10s %10s %10s %14s %14s\n' "$j" "$p" "$q" "$n" \
         "$(ratio "$q" "$p")x" "$(ratio "$q" "$n")x"
+    printf '%s\t%s\t%s\t%s\n' "$j" "$p" "$q" "$n" >> "$W/plot-fio.tsv"
 done
+backing="a local file"
+[ "$delay" -eq 0 ] || backing="a remote ${delay} ms away"
+plot_bars --log fio "journal= on $backing: 4 KiB random writes" \
+    "IOPS (log scale)" "ramback" "ramback journal=" "nbdkit file" \
+    < "$W/plot-fio.tsv"
 }
 
 # ---- drain ----
 drain_b=$(size_arg "$drain")
-[ "$delay" -eq 0 ] && [ "$drain_b" -gt 0 ] && [ "$only" != fio ] || exit 0
+if [ "$delay" -ne 0 ] || [ "$drain_b" -eq 0 ] || [ "$only" = fio ]; then
+    list_charts
+    exit 0
+fi
+
 S=$(mktemp -d /dev/shm/bench-journal.XXXXXX)
 jmib=$(( drain_b / 4 / 1048576 ))
 [ "$jmib" -ge 16 ] || jmib=16
@@ -211,4 +225,8 @@ for c in "${dconfigs[@]}"; do
     # shellcheck disable=SC2086
     v=$(median ${dr[$c]})
     printf '%-12s %10s %10s\n' "$c" "$v" "$(ratio "$v" "$sq")x"
+    printf '%s\t%s\n' "$c" "$v" >> "$W/plot-drain.tsv"
 done
+plot_bars drain "drain of $drain through the journal, against dd" MiB/s \
+    "MiB/s (median)" < "$W/plot-drain.tsv"
+list_charts

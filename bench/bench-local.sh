@@ -10,7 +10,7 @@
 #
 #   bench/bench-local.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #                        [--runtime=SECONDS] [--repeat=N] [--no-sparse]
-#                        [--rb-args=ARGS] [--output=FILE] [--strict]
+#                        [--rb-args=ARGS] [--output=FILE] [--plot[=DIR]] [--strict]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict), 1 if something failed to run, 2 on bad usage.
@@ -51,6 +51,8 @@ engine (2 connections), and measure drain and populate bandwidth.
                     with prompt write back)
   --quick           smaller and shorter (a smoke test, about a minute)
   --output=FILE     also write the result tables to FILE
+  --plot[=DIR]      also draw the tables as SVG charts (gnuplot) in DIR
+                    (default: beside --output=, else here)
   --strict          exit 3 if any target is missed
   --keep            keep the work directory
 EOF

@@ -18,7 +18,7 @@
 #
 #   bench/bench-remote.sh [--quick] [--build=DIR] [--dir=DIR] [--size=SIZE]
 #       [--bw-size=SIZE] [--delay=MS] [--rate=BYTES/S] [--runtime=S]
-#       [--output=FILE] [--strict] [--keep]
+#       [--output=FILE] [--plot[=DIR]] [--strict] [--keep]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict: then 3 if a target is missed), 1 if something failed to run,
@@ -47,6 +47,8 @@ and populate bandwidth against a rate-capped link.
   --runtime=S     seconds per fio job (default 10, --quick 4)
   --quick         smaller and shorter (about a minute)
   --output=FILE   also write the result table to FILE
+  --plot[=DIR]    also draw the table as SVG charts (gnuplot) in DIR
+                  (default: beside --output=, else here)
   --strict        exit 3 if any target is missed
   --keep          keep the work directory
 EOF
@@ -210,12 +212,13 @@ stop_nbdkit "$rbp_pid"
 stop_nbdkit "$link_pid"
 
 # --- table ---------------------------------------------------------------
+rc=0
 /usr/bin/python3 - "$w_direct" "$w_rb" "$r_direct" "$r_rb" "$rate_b" \
     "$link_w" "$link_r" "$drain" "$populate" "$bw_size_b" "$burst" \
-    "$delay" "$conns" "$inflight" "$strict" "${output:-}" <<'EOP'
+    "$delay" "$conns" "$inflight" "$strict" "${output:-}" "$W" <<'EOP' || rc=$?
 import sys
 (wd, wr, rd, rr, rate, lw, lr, dr, po, size, burst) = map (float, sys.argv[1:12])
-delay, conns, inflight, strict, output = sys.argv[12:17]
+delay, conns, inflight, strict, output, work = sys.argv[12:18]
 # Bandwidths as if the bucket had been empty: the first rate*burst
 # bytes passed for free.
 def net (bw):
@@ -254,6 +257,12 @@ lines.append ("drain/populate 'direct' column: the rate= cap of the link; "
               "all bandwidths less the rate filter's initial burst "
               "(%.1f s of rate)" % burst)
 text = "\n".join (lines)
+with open (work + "/plot-iops.tsv", "w") as f:
+    f.write ("4k randwrite QD1 fsync=1\t%g\t%g\n" % (wd, wr))
+    f.write ("4k randread QD1 populated\t%g\t%g\n" % (rd, rr))
+with open (work + "/plot-bw.tsv", "w") as f:
+    f.write ("drain (write back)\t%g\t%g\n" % (rate / MiB, dr / MiB))
+    f.write ("populate\t%g\t%g\n" % (rate / MiB, po / MiB))
 print ()
 print (text)
 if output:
@@ -261,3 +270,9 @@ if output:
         f.write (text + "\n")
 sys.exit (3 if strict == "yes" and missed else 0)
 EOP
+plot_bars --log iops "a remote store ${delay} ms away: 4 KiB at queue depth 1" \
+    "IOPS (log scale)" "direct" "ramback" < "$W/plot-iops.tsv"
+plot_bars bandwidth "a remote store behind a capped link" MiB/s \
+    "link cap" "ramback" < "$W/plot-bw.tsv"
+list_charts
+exit $rc

@@ -5,7 +5,7 @@
 # ram= file (resume), against a cold start that populates.
 #
 #   bench/bench-resume.sh --build=BUILDDIR [--size=4G] [--dir=DIR]
-#                         [--ramdir=/dev/shm] [--cold]
+#                         [--ramdir=/dev/shm] [--cold] [--plot[=DIR]]
 #
 # Steps:
 #   1. back.img of SIZE, written in full (allocated: populate reads it
@@ -21,12 +21,13 @@
 # The times start when nbdkit is executed.  The page cache holds
 # back.img for step 2 unless --cold (as root: drop_caches first),
 # which makes populate slower: the ratio printed is then larger.
+# --plot draws the times as an SVG chart (gnuplot) in DIR (default: .).
 # Memory: SIZE on RAMDIR plus up to SIZE of page cache.
 
 set -euo pipefail
 export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH
 
-build= size=4G dir=${TMPDIR:-/var/tmp} ramdir=/dev/shm cold=false
+build= size=4G dir=${TMPDIR:-/var/tmp} ramdir=/dev/shm cold=false plotdir=
 for a in "$@"; do
     case $a in
         --build=*) build=${a#*=} ;;
@@ -34,7 +35,9 @@ for a in "$@"; do
         --dir=*) dir=${a#*=} ;;
         --ramdir=*) ramdir=${a#*=} ;;
         --cold) cold=true ;;
-        *) sed -n '3,24p' "$0"; exit 2 ;;
+        --plot) plotdir=. ;;
+        --plot=*) plotdir=${a#*=} ;;
+        *) sed -n '3,25p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$build" ] || { echo "--build=BUILDDIR is required" >&2; exit 2; }
@@ -140,3 +143,12 @@ cmp <(nbdkit -U - pattern "$size" --run 'nbdcopy "$uri" -') "$w/back.img" &&
 awk -v p="$t_pop" -v r="$t_pop_r" -v f="$t_first_r" 'BEGIN {
     printf "ratio: cold populate / resume until populated: %.0fx", p / r
     printf " (resume served its first read after %d ms)\n", f }'
+if [ -n "$plotdir" ]; then
+    mkdir -p "$plotdir"
+    printf 'cold start (populate)\t%s\t%s\nresume (ram= file)\t%s\t%s\n' \
+        "$t_first" "$t_pop" "$t_first_r" "$t_pop_r" |
+        /usr/bin/python3 "$(dirname "$0")/plot.py" "$plotdir/bench-resume.svg" \
+            "restart of a $size device, kill -9 with all of it dirty" \
+            "milliseconds (log scale)" "first read served" "populated" --log
+    echo "chart: $plotdir/bench-resume.svg"
+fi

@@ -16,7 +16,7 @@
 # bench/README.md; the QEMU guest variant is bench-guest.sh.
 #
 #   bench/bench-untar.sh [--build=DIR] [--runs=N] [--delay=8ms]
-#                        [--size=2G] [--src=DIR] [--dir=DIR]
+#                        [--size=2G] [--src=DIR] [--dir=DIR] [--plot[=DIR]]
 
 set -euo pipefail
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
@@ -33,6 +33,8 @@ for arg in "$@"; do
         --size=*) size=${arg#*=} ;;
         --src=*) src=${arg#*=} ;;
         --dir=*) workroot=${arg#*=} ;;
+        --plot) plot=yes ;;
+        --plot=*) plot=yes plotdir=${arg#*=} ;;
         -h|--help) sed -n '3,20p' "$0"; exit 0 ;;
         *) echo "$prog: unknown option '$arg'" >&2; exit 2 ;;
     esac
@@ -203,9 +205,10 @@ done
 SLOW="${res[slow]}" RB="${res[ramback]}" MEM="${res[memory]}" \
 DRAIN="${res[drain]}" AMP="${res[amp]}" CSLOW="${res[cpu_slow]}" \
 CRB="${res[cpu_ramback]}" CMEM="${res[cpu_memory]}" \
-$PY - "$nfiles" "$tarsz" "$delay" "$runs" "$size" "$(getconf CLK_TCK)" <<'EOP'
+$PY - "$nfiles" "$tarsz" "$delay" "$runs" "$size" "$(getconf CLK_TCK)" \
+    "$WORK/plot.tsv" <<'EOP'
 import os, statistics as st, sys, time
-nf, mb, delay, runs, size, tck = sys.argv[1:]
+nf, mb, delay, runs, size, tck, tsv = sys.argv[1:]
 v = {k: [float(x) for x in os.environ[k].split()]
      for k in ("SLOW", "RB", "MEM", "DRAIN", "AMP", "CSLOW", "CRB", "CMEM")}
 m = {k: st.median(x) for k, x in v.items()}
@@ -225,4 +228,11 @@ print("ramback vs memory:    %.2fx the time (target <= 1.1x)" % (m["RB"] / m["ME
 print("ramback's drain to the slow disk after the sync: %.1f s (median)" % m["DRAIN"])
 print("ramback's write amplification (stored / written bytes): %.2f (median)" % m["AMP"])
 print("(server CPU: ramback's nbdkit plus the slow disk's, which receives the write back)")
+with open(tsv, "w") as f:
+    for k, name in (("SLOW", "slow disk (delay %s)" % delay),
+                    ("RB", "ramback on it"), ("MEM", "nbdkit memory")):
+        f.write("%s\t%g\n" % (name, m[k]))
 EOP
+plot_bars --log untar "untar of $nfiles files and sync, ext4 over NBD" \
+    "seconds (log scale)" "seconds (median)" < "$WORK/plot.tsv"
+list_charts

@@ -13,6 +13,7 @@
 #
 #   bench/bench-writeback.sh [--build=DIR] [--dir=DIR] [--size=SIZE]
 #                            [--repeat=N] [--quick] [--output=FILE]
+#                            [--plot[=DIR]]
 
 set -euo pipefail
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
@@ -25,20 +26,27 @@ fi
 for c in nbdkit fio; do
     command -v "$c" >/dev/null || { echo "${0##*/}: '$c' is needed" >&2; exit 1; }
 done
-exec /usr/bin/python3 - "$build" "$@" <<'EOP'
+exec /usr/bin/python3 - "$srcdir" "$build" "$@" <<'EOP'
 import json, os, re, shutil, signal, socket, statistics as st, subprocess
 import sys, tempfile, time
+
+sys.path.insert(0, sys.argv.pop(1))
+import plot
 
 prog = "bench-writeback.sh"
 build, args = sys.argv[1], sys.argv[2:]
 opt = {"dir": os.environ.get("TMPDIR", "/var/tmp"), "size": "1G",
-       "repeat": "3", "output": None, "quick": False}
+       "repeat": "3", "output": None, "quick": False, "plot": None}
 for a in args:
     if a == "--quick":
         opt["quick"] = True
+    elif a == "--plot" or a.startswith("--plot="):
+        # Charts beside --output=, else here, unless a DIR is given.
+        opt["plot"] = a[len("--plot="):] if "=" in a else ""
     elif a in ("-h", "--help"):
         print("usage: bench-writeback.sh [--build=DIR] [--dir=DIR] "
-              "[--size=SIZE] [--repeat=N] [--quick] [--output=FILE]")
+              "[--size=SIZE] [--repeat=N] [--quick] [--output=FILE] "
+              "[--plot[=DIR]]")
         sys.exit(0)
     elif a.startswith("--") and "=" in a and a[2:].split("=")[0] in (
             "build", "dir", "size", "repeat", "output"):
@@ -284,6 +292,26 @@ try:
     sys.stdout.write(report)
     if opt["output"]:
         open(opt["output"], "w").write(report)
+    if opt["plot"] is not None:
+        pdir = opt["plot"] or (os.path.dirname(opt["output"] or "") or ".")
+        os.makedirs(pdir, exist_ok=True)
+        names = ("direct", "buffered", "memory", "null")
+        charts = [
+            ("iops", "4 KiB write jobs", "IOPS",
+             [(j, [med(j, t, "iops") for t in names])
+              for j in jobs if j != "seqwrite1m"]),
+            ("cpu", "CPU seconds of the whole nbdkit per GiB clients wrote",
+             "CPU s / GiB",
+             [(j, [med(j, t, "cpu_per_gib") for t in names]) for j in jobs]),
+            ("amplification", "write amplification (stored / written bytes)",
+             "stored / written",
+             [(j, [med(j, t, "amp") for t in names[:2]]) for j in jobs]),
+        ]
+        for name, title, ylabel, rows in charts:
+            out = os.path.join(pdir, "bench-writeback-%s.svg" % name)
+            plot.plot(out, title, ylabel,
+                      names[:2] if name == "amplification" else names, rows)
+            print("chart: " + out)
 finally:
     cleanup()
 EOP

@@ -8,7 +8,8 @@
 #
 #   bench_opt ARG          the options every benchmark takes: --build=,
 #                          --dir=, --quick, --output=, --strict, --keep,
-#                          --help (calls usage); exits 2 on anything else
+#                          --plot[=DIR], --help (calls usage); exits 2 on
+#                          anything else
 #   find_build [filter]    build (absolute) from --build=, $RAMBACK_BUILD or
 #                          the tree above bench/; PLUGIN (and FILTER)
 #   FIO_JOBS, job_args, job_dir, job_unit   the five fio jobs: arguments,
@@ -41,8 +42,16 @@
 #                          (can_drop=yes|no; drops it once)
 #   drop_caches            sync, and drop the page cache if we may
 #   fs_type DIR            the file system type name
-#   bench_finish REPORT    print REPORT, copy it to --output=, and exit:
-#                          3 with --strict if it has a MISS, else 0
+#   plot_bars [--log] [--target=Y[:LABEL]] NAME TITLE YLABEL SERIES...
+#                          with --plot: the table on stdin (one line a
+#                          group of bars: label, then a value per SERIES,
+#                          tab-separated; "-" for none) as a bar chart,
+#                          DIR/$plot_prefix-NAME.svg (plot.py); without
+#                          --plot it reads stdin and draws nothing
+#   list_charts            "chart: FILE" for each chart drawn
+#   bench_finish REPORT    print REPORT, copy it to --output=, list the
+#                          charts, and exit: 3 with --strict if it has a
+#                          MISS, else 0
 
 export PATH="/usr/bin:/bin:/usr/sbin:/sbin:$PATH"
 export LC_ALL=C
@@ -61,6 +70,8 @@ bench_opt () {
         --output=*) output=${1#*=} ;;
         --strict) strict=yes ;;
         --keep) keep=yes ;;
+        --plot) plot=yes ;;
+        --plot=*) plot=yes; plotdir=${1#*=} ;;
         -h|--help) usage; exit 0 ;;
         *) echo "$prog: unknown option '$1' (try --help)" >&2; exit 2 ;;
     esac
@@ -214,9 +225,34 @@ fs_type () {
     echo "$t"
 }
 
+# --plot without a DIR: beside --output=, or here.
+: "${plot_prefix:=${prog%.sh}}"
+plot_bars () {
+    local opts=()
+    while [ "${1:-}" != "${1#--}" ]; do opts+=("$1"); shift; done
+    if [ "${plot:-no}" != yes ]; then cat >/dev/null; return 0; fi
+    local name=$1 dir=${plotdir:-}
+    shift
+    if [ -z "$dir" ]; then
+        if [ -n "${output:-}" ]; then dir=$(dirname "$output"); else dir=.; fi
+    fi
+    mkdir -p "$dir" || die "--plot: cannot create $dir"
+    /usr/bin/python3 "$srcdir/plot.py" "$dir/$plot_prefix-$name.svg" "$@" \
+        "${opts[@]}" || die "--plot: no chart $name"
+    # A file, not an array: plot_bars often ends a pipeline (a subshell).
+    echo "$dir/$plot_prefix-$name.svg" >> "$WORK/plots.txt"
+}
+
+list_charts () {
+    local p
+    [ -f "$WORK/plots.txt" ] || return 0
+    while read -r p; do echo "chart: $p"; done < "$WORK/plots.txt"
+}
+
 bench_finish () {
     cat "$1"
     [ -z "${output:-}" ] || cp "$1" "$output"
+    list_charts
     if [ "${strict:-no}" = yes ] && grep -q 'MISS' "$1"; then
         exit 3
     fi

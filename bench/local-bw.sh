@@ -120,4 +120,15 @@ row("populate, page cache cold", "POP", "BK_R", ">=0.90x backing seq read")
 row("full write, then sync", "E2E", "BK_W",
     "(info: not fully dirty)", judge=False)
 EOP
+    BK_W="${bk_w[*]}" BK_R="${bk_r[*]}" DRAIN="${drain[*]}" POP="${pop[*]}" \
+    E2E="${drain_e2e[*]}" $PY - <<'EOP' |
+import os, statistics as st
+v = {k: st.median([float(x) for x in os.environ[k].split()]) / 2**20
+     for k in ("BK_W", "BK_R", "DRAIN", "POP", "E2E")}
+print("drain of a fully dirty image\t%g\t%g" % (v["DRAIN"], v["BK_W"]))
+print("populate, cache cold\t%g\t%g" % (v["POP"], v["BK_R"]))
+print("full write, then sync\t%g\t%g" % (v["E2E"], v["BK_W"]))
+EOP
+    plot_bars bandwidth "drain and populate against the backing file" \
+        MiB/s ramback "backing file, sequential"
 }

@@ -100,4 +100,18 @@ for job, unit, rb, mem, null, f in rows:
         fmt(unit, rb), fmt(unit, mem), fmt(unit, null), fmt(unit, f),
         rm, rf, tgt, verdict))
 EOP
+    local unit
+    for unit in iops bw_bytes; do
+        awk -v u="$unit" -v OFS='\t' '$2 == u {
+                d = u == "iops" ? 1 : 1048576
+                print $1, $3 / d, $4 / d, $5 / d, $6 / d }' <<<"$RESULTS" |
+            if [ "$unit" = iops ]; then
+                plot_bars --log fio-iops "fio, 2 connections: 4 KiB jobs" \
+                    "IOPS (log scale)" ramback "nbdkit memory" "nbdkit null" \
+                    "nbdkit file"
+            else
+                plot_bars fio-bw "fio, 2 connections: 1 MiB jobs" MiB/s \
+                    ramback "nbdkit memory" "nbdkit null" "nbdkit file"
+            fi
+    done
 }

@@ -104,4 +104,13 @@ row("drain, seconds per GiB dirty", "SPV_S", "SPV_H", "1T <=1.2x small device")
 row("writing it into ramback, seconds", "SPW_S", "SPW_H")
 row("same pattern on the file alone, s/GiB", "SPF_S", "SPF_H")
 EOP
+    SPV_S="${spv[small]}" SPV_H="${spv[huge]}" SPF_S="${spf[small]}" \
+    SPF_H="${spf[huge]}" $PY - <<'EOP' |
+import os, statistics as st
+def m(k): return st.median([float(x) for x in os.environ[k].split()])
+print("ramback drain\t%g\t%g" % (m("SPV_S"), m("SPV_H")))
+print("the file alone\t%g\t%g" % (m("SPF_S"), m("SPF_H")))
+EOP
+    plot_bars sparse "scattered dirty data: small device against 1 TiB" \
+        "seconds per GiB dirty" "small device" "1 TiB device"
 }

@@ -244,6 +244,11 @@ ramback status --json ctl.sock | grep -q '"mode": *"writethrough"'
 RAMBACK_SOCKETS=$PWD/ctl.sock /usr/share/ramback/ramback-ups-hook online
 ramback status --json ctl.sock | grep -q '"mode": *"writeback"'
 ramback sync ctl.sock
+# The installed metrics script, as ramback-textfile.service runs it.
+mkdir textfile
+RAMBACK_SOCKETS=$PWD/ctl.sock RAMBACK_TEXTFILE_DIR=$PWD/textfile \
+    /usr/share/ramback/ramback-textfile
+grep -qx "ramback_up{socket=\"$PWD/ctl.sock\"} 1" textfile/ramback.prom
 EOF
 say "nbdkit -U - ramback back=back.img size=16M control=ctl.sock --run 'bash run.sh'"
 nbdkit -U - ramback back="$PWD/back.img" size=16M control="$PWD/ctl.sock" \
@@ -325,6 +330,19 @@ for u in ramback ramback-nbd; do
     if grep . verify.log; then die "systemd-analyze verify $u@smoke.service warns (above)"; fi
     say "systemd-analyze verify $unit: ok"
 done
+# The metrics timer and its service (enabled: dh_installsystemd), and
+# the Grafana dashboard.
+for unit in /lib/systemd/system/ramback-textfile.service \
+            /lib/systemd/system/ramback-textfile.timer; do
+    owned "$unit"
+    systemd-analyze verify "$unit" >verify.log 2>&1 ||
+        { cat verify.log; die "systemd-analyze verify $unit failed"; }
+    if grep . verify.log; then die "systemd-analyze verify $unit warns (above)"; fi
+    say "systemd-analyze verify $unit: ok"
+done
+owned /usr/share/ramback/grafana/ramback.json
+python3 -m json.tool /usr/share/ramback/grafana/ramback.json >/dev/null ||
+    die "/usr/share/ramback/grafana/ramback.json is not JSON"
 
 # The dm target's source, built by DKMS for Debian's cloud kernel (the
 # QEMU guest's).  Never insmod or modprobe it here.

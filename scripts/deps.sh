@@ -28,6 +28,9 @@ test_packages=(
     strace
     # UPS integration test
     nut-server nut-client
+    # the metrics through node_exporter's textfile collector; the
+    # benchmarks' charts (bench/*.sh --plot)
+    prometheus-node-exporter gnuplot-nox
     # QEMU guest (kernel nbd-client on ramback) and the dm target's
     # build (the headers of the guest's kernel, Debian's cloud kernel)
     qemu-system-x86 busybox-static nbd-client cpio binutils
