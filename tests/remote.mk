@@ -23,12 +23,14 @@ remote_tests = \
 	test-remote-flap.sh \
 	test-remote-lost-cache.sh \
 	test-remote-block-size.sh \
+	test-remote-slow-dns.sh \
 	$(NULL)
 TESTS += $(remote_tests)
 
 EXTRA_DIST += $(remote_tests) \
 	remote-functions.sh \
 	remote-io.py \
+	slowdns-shim.c \
 	$(NULL)
 
 # The store driven directly through its ops table (run by

@@ -8,6 +8,11 @@
 
 #include <config.h>
 
+#include <pthread.h>
+#include <time.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+
 #include "store-nbd.h"
 
 /* Bounded wait on a handle until 'done' or the deadline. */
@@ -32,7 +37,211 @@ nbdstore_poll_until (struct nbd_handle *h, int (*done) (struct nbd_handle *),
   return 0;
 }
 
-/* Open one connection, bounded by timeout_ms.  On failure returns NULL
+/* Name lookups off the request path.  getaddrinfo has no deadline of
+ * its own: a name server that drops queries holds it for the
+ * resolver's whole timeout (resolv.conf: timeout x attempts x
+ * servers), and nbd_aio_connect_uri calls it before there is anything
+ * to poll.  So the host name of an nbd:// or nbds:// URI is looked up
+ * in a detached thread and the connecting thread waits for the answer
+ * only until its connect deadline.  A lookup given up on finishes
+ * alone: 'refs' (the thread and the waiter) says who frees the state.
+ *
+ * nbd://: the URI is then connected with the host name replaced by the
+ * address found, so libnbd does not look it up again; the port, export
+ * name and query (TLS settings) are kept as written.  nbds://: the
+ * name stays in the URI, since libnbd checks the server's certificate
+ * against it and (1.14) has no call to give that name separately; the
+ * bounded lookup has just answered, so libnbd's own lookup of the same
+ * name is answered too unless the name server stops between the two.
+ */
+struct lookup {
+  pthread_mutex_t lock;         /* protects refs, done, gai, addr */
+  pthread_cond_t cond;          /* signalled when done */
+  int refs;
+  bool done;
+  int gai;                      /* getaddrinfo's result */
+  bool v6;
+  char addr[INET6_ADDRSTRLEN];
+  char host[256];
+  char port[16];
+};
+
+static void
+lookup_put (struct lookup *l)
+{
+  bool last;
+
+  pthread_mutex_lock (&l->lock);
+  last = --l->refs == 0;
+  pthread_mutex_unlock (&l->lock);
+  if (last) {
+    pthread_cond_destroy (&l->cond);
+    pthread_mutex_destroy (&l->lock);
+    free (l);
+  }
+}
+
+static void *
+lookup_thread (void *arg)
+{
+  struct lookup *l = arg;
+  struct addrinfo hints = { .ai_family = AF_UNSPEC,
+                            .ai_socktype = SOCK_STREAM };
+  struct addrinfo *res = NULL;
+  char addr[INET6_ADDRSTRLEN] = "";
+  bool v6 = false;
+  int r;
+
+  r = getaddrinfo (l->host, l->port, &hints, &res);
+  if (r == 0) {
+    v6 = res->ai_family == AF_INET6;
+    if (getnameinfo (res->ai_addr, res->ai_addrlen, addr, sizeof addr,
+                     NULL, 0, NI_NUMERICHOST) != 0)
+      r = EAI_FAIL;
+    freeaddrinfo (res);
+  }
+  pthread_mutex_lock (&l->lock);
+  l->gai = r;
+  l->v6 = v6;
+  memcpy (l->addr, addr, sizeof addr);
+  l->done = true;
+  pthread_cond_broadcast (&l->cond);
+  pthread_mutex_unlock (&l->lock);
+  lookup_put (l);
+  return NULL;
+}
+
+/* Where the host name sits in an nbd:// or nbds:// URI: [*hs, *he).
+ * Returns false when there is nothing to look up (other schemes, an
+ * address literal, no host).
+ */
+static bool
+uri_host (const char *uri, const char **hs, const char **he, bool *tls)
+{
+  const char *a, *ae, *p;
+  struct in_addr in;
+  char host[256];
+
+  if (strncmp (uri, "nbd://", 6) == 0) {
+    a = uri + 6;
+    *tls = false;
+  }
+  else if (strncmp (uri, "nbds://", 7) == 0) {
+    a = uri + 7;
+    *tls = true;
+  }
+  else
+    return false;
+  ae = a + strcspn (a, "/?#");
+  for (p = a; p < ae; p++)      /* user@host: the host is after the @ */
+    if (*p == '@')
+      a = p + 1;
+  if (a == ae || *a == '[')     /* no host, or an IPv6 literal */
+    return false;
+  for (p = a; p < ae && *p != ':'; p++)
+    ;
+  if (p == a || (size_t) (p - a) >= sizeof host)
+    return false;
+  memcpy (host, a, p - a);
+  host[p - a] = '\0';
+  if (inet_pton (AF_INET, host, &in) == 1)
+    return false;
+  *hs = a;
+  *he = p;
+  return true;
+}
+
+/* Look up the host of st->uri, bounded by 'deadline'.  Returns the URI
+ * to connect to (malloc'd; NULL with errno and 'why' set on failure).
+ */
+static char *
+nbdstore_resolve_uri (struct nbd_store *st, uint64_t deadline,
+                      char *why, size_t whylen)
+{
+  const char *uri = st->uri, *hs, *he, *pe;
+  struct lookup *l;
+  pthread_t tid;
+  pthread_attr_t attr;
+  struct timespec ts;
+  char *out;
+  bool tls;
+  int err, r = 0;
+
+  if (!uri_host (uri, &hs, &he, &tls))
+    return strdup (uri);
+
+  l = calloc (1, sizeof *l);
+  if (l == NULL)
+    return NULL;
+  pthread_mutex_init (&l->lock, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init (&ca);
+    pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+    pthread_cond_init (&l->cond, &ca);
+    pthread_condattr_destroy (&ca);
+  }
+  memcpy (l->host, hs, he - hs);
+  l->host[he - hs] = '\0';
+  pe = he;
+  if (*pe == ':') {
+    size_t n = strcspn (pe + 1, "/?#");
+    if (n == 0 || n >= sizeof l->port)
+      n = 0;
+    memcpy (l->port, pe + 1, n);
+    l->port[n] = '\0';
+    pe += 1 + strcspn (pe + 1, "/?#");
+  }
+  if (l->port[0] == '\0')
+    strcpy (l->port, "10809");
+  l->refs = 2;
+
+  pthread_attr_init (&attr);
+  pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+  err = pthread_create (&tid, &attr, lookup_thread, l);
+  pthread_attr_destroy (&attr);
+  if (err != 0) {
+    l->refs = 1;
+    lookup_put (l);
+    snprintf (why, whylen, "cannot start a name lookup: %s", strerror (err));
+    errno = err;
+    return NULL;
+  }
+
+  ts.tv_sec = deadline / 1000000000;
+  ts.tv_nsec = deadline % 1000000000;
+  pthread_mutex_lock (&l->lock);
+  while (!l->done && r != ETIMEDOUT)
+    r = pthread_cond_timedwait (&l->cond, &l->lock, &ts);
+  pthread_mutex_unlock (&l->lock);
+
+  if (!l->done) {
+    snprintf (why, whylen,
+              "name lookup of %s did not answer in time (check the name "
+              "server, or give an address in back=)", l->host);
+    lookup_put (l);
+    errno = ETIMEDOUT;
+    return NULL;
+  }
+  if (l->gai != 0) {
+    snprintf (why, whylen, "cannot look up %s: %s", l->host,
+              gai_strerror (l->gai));
+    lookup_put (l);
+    errno = EHOSTUNREACH;
+    return NULL;
+  }
+  if (tls)
+    out = strdup (uri);
+  else if (asprintf (&out, "%.*s%s%s%s:%s%s", (int) (hs - uri), uri,
+                     l->v6 ? "[" : "", l->addr, l->v6 ? "]" : "",
+                     l->port, pe) == -1)
+    out = NULL;
+  lookup_put (l);
+  return out;
+}
+
+/* Open one connection, bounded by timeout_ms (the name lookup
+ * included).  On failure returns NULL
  * and describes the reason in 'why' (with errno set).
  */
 struct nbd_handle *
@@ -41,7 +250,9 @@ nbdstore_connect_one (struct nbd_store *st, int idx, int timeout_ms,
 {
   struct nbd_handle *h;
   char name[32];
-  int err;
+  uint64_t deadline = rb_deadline_ms (timeout_ms);
+  char *uri;
+  int err, r;
 
   h = nbd_create ();
   if (h == NULL) {
@@ -68,9 +279,18 @@ nbdstore_connect_one (struct nbd_store *st, int idx, int timeout_ms,
       nbd_set_tls_verify_peer (h, st->tls_verify_peer) == -1)
     goto fail;
 
-  if (nbd_aio_connect_uri (h, st->uri) == -1)
+  uri = nbdstore_resolve_uri (st, deadline, why, whylen);
+  if (uri == NULL) {
+    err = errno;
+    nbd_close (h);
+    errno = err;
+    return NULL;
+  }
+  r = nbd_aio_connect_uri (h, uri);
+  free (uri);
+  if (r == -1)
     goto fail;
-  if (nbdstore_poll_until (h, nbd_aio_is_ready, rb_deadline_ms (timeout_ms)) == -1) {
+  if (nbdstore_poll_until (h, nbd_aio_is_ready, deadline) == -1) {
     if (errno == ETIMEDOUT && !nbd_aio_is_dead (h)) {
       snprintf (why, whylen, "no answer from the server within %d ms",
                 timeout_ms);
