@@ -508,6 +508,19 @@ task_entry (void)
   sim_fail ("a finished task was run again");
 }
 
+/* getcontext returns twice in the compiler's eyes: kept out of
+ * rb_thread_create so that none of its locals live across it.
+ */
+static void __attribute__ ((noinline))
+task_context (struct sim_task *t)
+{
+  getcontext (&t->ctx);
+  t->ctx.uc_stack.ss_sp = t->stack;
+  t->ctx.uc_stack.ss_size = STACK_SIZE;
+  t->ctx.uc_link = NULL;
+  makecontext (&t->ctx, task_entry, 0);
+}
+
 int
 rb_thread_create (rb_thread *tp, void *(*fn) (void *), void *arg)
 {
@@ -533,11 +546,7 @@ rb_thread_create (rb_thread *tp, void *(*fn) (void *), void *arg)
   t->arg = arg;
   t->state = T_RUN;
   t->deadline = UINT64_MAX;
-  getcontext (&t->ctx);
-  t->ctx.uc_stack.ss_sp = t->stack;
-  t->ctx.uc_stack.ss_size = STACK_SIZE;
-  t->ctx.uc_link = NULL;
-  makecontext (&t->ctx, task_entry, 0);
+  task_context (t);
   tasks[slot] = t;
   if (slot >= ntasks)
     ntasks = slot + 1;
