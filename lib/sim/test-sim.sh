@@ -22,6 +22,12 @@ sim=./sim/ramback-sim
 for seed in 40 1027; do
     "$sim" --seed=$seed --ops=2000
 done
+# A failed journal append put its ZERO chunks back as dirty data, a
+# chunk each, more than the journal holds: the committer waited for
+# room forever and the clean stop never ended.
+for seed in 1169 2055; do
+    "$sim" --seed=$seed --ops=2000
+done
 # Seed 1046 finds a bug not fixed yet (a whole-chunk trim, then a FUA
 # write into part of that chunk: after FLUSH the store holds the old
 # data in the rest of the chunk); RAMBACK_RUN_KNOWN_BUGS=1 runs it.
