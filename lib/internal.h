@@ -183,6 +183,11 @@ struct rb {
    */
   rb_mutex sync_lock;
   struct rb_extents unsynced;   /* [lock] */
+  bool sync_owed;               /* [lock] no good store sync since the
+                                   start: an earlier process that
+                                   crashed may have left writes in the
+                                   store's cache, so the flusher syncs
+                                   once with nothing of ours unsynced */
   uint64_t unsynced_bytes;      /* [atomic] written and not yet synced,
                                    in 'unsynced' or in a sync running */
   uint64_t fail_gen;            /* [lock] written, [atomic] read */

@@ -580,14 +580,14 @@ static bool
 have_work_locked (struct rb *rb, uint64_t target)
 {
   return chunkmap_dirty (&rb->map) > 0 || rb->sync_requested > target ||
-    rb->unsynced.len > 0;
+    rb->unsynced.len > 0 || rb->sync_owed;
 }
 
 static bool
 sync_needed (struct rb *rb, uint64_t target)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  return rb->unsynced.len > 0 || target > rb->sync_done;
+  return rb->unsynced.len > 0 || target > rb->sync_done || rb->sync_owed;
 }
 
 /* Woken from idle by new dirty data: give a burst of writes a moment
@@ -825,6 +825,15 @@ rbi_flusher_start (struct rb *rb)
 {
   if (rb->jops)                 /* journal=: transactions (txn.c) */
     return rb->jops->start (rb);
+  {
+    /* The first pass syncs the store: what a process that crashed
+     * wrote without a sync may still be only in the store's cache (a
+     * file's page cache, an NBD server's), and a sync answered later
+     * promises it too.
+     */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->sync_owed = !rb->store->read_only;
+  }
   if (rb_thread_create (&rb->flusher, flusher_thread, rb) == -1) {
     rb_set_error (errno, "cannot start the flusher thread");
     return -1;
@@ -988,6 +997,10 @@ rbi_sync_store (struct rb *rb, uint64_t gen)
     memset (&rb->unsynced, 0, sizeof rb->unsynced);
   }
   if (rb->store->ops->flush (rb->store) == 0) {
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      rb->sync_owed = false;
+    }
     rb_atomic_add (&rb->syncs, 1);
     rbi_nb_retire (rb, &snap);
     retire (rb, &snap);
