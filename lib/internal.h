@@ -145,6 +145,8 @@ struct rb {
   rb_cond sync_cond;            /* rb_sync waiters: a sweep finished */
   rb_cond populated_cond;       /* rb_wait_populated waiters */
   bool stopping;                /* [lock] rb_close has begun */
+  bool stop_drain;              /* [atomic] rb_begin_stop_drain: a clean
+                                 * stop's drain, flush-rate= lifted */
   bool started;                 /* [lock] */
   bool shut_down;               /* [lock] rb_shutdown finished */
   int shutdown_result;          /* [lock] */

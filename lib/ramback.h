@@ -183,6 +183,13 @@ extern void rb_abandon (struct rb *rb);
  */
 extern int rb_shutdown (struct rb *rb);
 
+/* For a host that drains before rb_shutdown (the filter writes back
+ * while nbdkit still serves): the final drain of a clean stop has
+ * begun, so flush-rate= no longer applies, as in rb_shutdown's own
+ * drain.  For the rest of the instance's life; idempotent.
+ */
+extern void rb_begin_stop_drain (struct rb *rb);
+
 extern uint64_t rb_get_size (struct rb *rb);
 extern uint32_t rb_get_chunk_size (struct rb *rb);
 

@@ -9,6 +9,7 @@
 #  1. For delay and rate below ramback: 4 MiB written and held dirty
 #     (flush-delay=60), SIGTERM: nbdkit writes everything back before it
 #     begins to shut down, exits 0, and the file holds the data.
+#  1b. flush-rate= is lifted for that drain, as the man page says.
 #  2. rate below ramback at a rate that would take minutes, ram= kept:
 #     SIGTERM, then a second SIGTERM ("stop now"): nbdkit exits within
 #     seconds, says loudly that data was not written back, and keeps the
@@ -67,6 +68,24 @@ for below in "delay delay-write=20ms" "rate rate=64M"; do
         fail "$name: no 'safe to power off' line"
     echo "ok: $name below ramback: written back before nbdkit shut down"
 done
+
+# 1b. flush-rate= is lifted for the drain of a clean stop, as in the
+# plugin form: 4 MiB at 64 KiB/s would take over a minute.
+img="$TMP/capped.img"
+truncate -s "$size" "$img"
+RB_PLUGIN=(file "$img")
+start_rb c flush-delay=60 flush-rate=64K
+write_data "$c_uri"
+kill -TERM "$c_pid"
+if ! wait_exit "$c_pid" 30; then
+    tail -5 "$c_log" >&2
+    fail "flush-rate=64K: the stop drained at the cap (not done 30 s after SIGTERM)"
+fi
+rc=0; wait "$c_job" || rc=$?
+[ "$rc" = 0 ] || { tail -20 "$c_log" >&2; fail "flush-rate=64K: exit status $rc"; }
+cmp -n $(( 4 * 1024 * 1024 )) "$img" "$TMP/data" ||
+    fail "flush-rate=64K: the file does not hold the data"
+echo "ok: flush-rate= lifted for the drain of a clean stop"
 
 # 2. A second signal stops at once; ram= keeps what was not written.
 ramdir=/dev/shm

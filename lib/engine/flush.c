@@ -84,6 +84,25 @@
 #define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 /* Wait up to ns on the flusher's condition; returns early on stop. */
+/* flush-rate= holds, unless a clean stop's final drain has begun. */
+static bool
+rate_capped (struct rb *rb)
+{
+  return rb->flush_rate.bps && !rb_atomic_load (&rb->stopping) &&
+    !rb_atomic_load (&rb->stop_drain);
+}
+
+/* The wait flush-rate= asks for; ends early when the cap is lifted. */
+static void
+rate_sleep (struct rb *rb, uint64_t ns)
+{
+  uint64_t deadline = rb_now_ns () + ns;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  while (rate_capped (rb) && rb_now_ns () < deadline)
+    rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+}
+
 static void
 flusher_sleep (struct rb *rb, uint64_t ns)
 {
@@ -103,8 +122,7 @@ batch_bytes (struct rb *rb)
 {
   uint64_t b = BATCH_BYTES;
 
-  if (rb->flush_rate.bps && !rb_atomic_load (&rb->stopping) &&
-      rb->flush_rate.bps / 10 < b)
+  if (rate_capped (rb) && rb->flush_rate.bps / 10 < b)
     b = RB_MAX (rb->flush_rate.bps / 10, (uint64_t) rb->chunk_size);
   return b;
 }
@@ -518,8 +536,8 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
                                     data_bytes (rb, runs, k), now);
 
     /* The cap is lifted for the final drain of a clean stop. */
-    if (wait && !rb_atomic_load (&rb->stopping))
-      flusher_sleep (rb, wait);
+    if (wait && rate_capped (rb))
+      rate_sleep (rb, wait);
     t0 = rb_now_ns ();
     fs->rewind = UINT64_MAX;
     if (store_batch (rb, fs, k, &bytes) == -1) {
@@ -546,7 +564,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
      * count it as faster.
      */
     elapsed = rb_now_ns () - t0;
-    if (rb->flush_rate.bps)
+    if (rate_capped (rb))
       elapsed = RB_MAX (elapsed, rbi_rate_ns (bytes, rb->flush_rate.bps));
     ss->bytes += bytes;
     ss->busy_ns += elapsed;
@@ -854,6 +872,18 @@ rbi_flusher_kick (struct rb *rb)
   if (rb_atomic_load (&rb->flusher_idle)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_signal (&rb->flusher_cond);
+  }
+}
+
+void
+rb_begin_stop_drain (struct rb *rb)
+{
+  if (rb_atomic_load (&rb->stop_drain))
+    return;
+  rb_atomic_store (&rb->stop_drain, true);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_broadcast (&rb->flusher_cond);      /* out of rate_sleep */
   }
 }
 
