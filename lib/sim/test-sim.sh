@@ -28,14 +28,17 @@ done
 for seed in 1169 2055; do
     "$sim" --seed=$seed --ops=2000
 done
-# Seed 1046 finds a bug not fixed yet (a whole-chunk trim, then a FUA
-# write into part of that chunk: after FLUSH the store holds the old
-# data in the rest of the chunk); seed 1160 (since flush-rate= is
-# lifted for a clean stop's drain) finds one where the store's durable
-# image lacks a write right after control sync answered OK, without
-# journal=.  RAMBACK_RUN_KNOWN_BUGS=1 runs them.
+# A writethrough write left unsynced in the store's cache by a process
+# that crashed, its pages then marked clean by the next process's failed
+# sync: a later sync answered OK without it on the store (the flusher
+# now syncs the store first thing).
+"$sim" --seed=1160 --ops=2000
+# Seed 1046 found a bug (a whole-chunk trim, then a FUA write into part
+# of that chunk: after FLUSH the store held the old data in the rest of
+# the chunk) that later changes moved out of its trace, not known fixed.
+# RAMBACK_RUN_KNOWN_BUGS=1 runs it.
 if [ "${RAMBACK_RUN_KNOWN_BUGS:-}" = 1 ]; then
-    for seed in 1046 1160; do
+    for seed in 1046; do
         "$sim" --seed=$seed --ops=2000
     done
 fi
