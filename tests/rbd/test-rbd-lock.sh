@@ -15,6 +15,7 @@
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
+source "$top_srcdir/tests/remote-functions.sh"
 source "$top_srcdir/tests/rbd/rbd-functions.sh"
 
 rbd_cluster
@@ -80,3 +81,25 @@ nbdcopy "$b_uri" "$TMP/read"
 assert_same "$TMP/read" "$TMP/data"
 stop_rb b
 echo "one writer per image: ok"
+
+# ---- a ramback whose lock is broken ---------------------------------
+# rbd lock rm breaks it and blocklists ramback's client: its requests
+# fail, the data stays dirty, and it connects again as a new client,
+# takes the (now free) lock again and writes everything back.
+start_rb c -- back=rbd:rbd/lock "$conf" flush-delay=0
+client=$(status_field "$c_ctl" store_rbd_client)
+locker=$(rbdc lock ls rbd/lock | awk -v c="client.$client" '$1 == c { print $2 " " $3 }')
+[ -n "$locker" ] || fail "no lock of client.$client: $(rbdc lock ls rbd/lock)"
+rbdc lock rm rbd/lock "$locker" "client.$client"
+head -c "$size" /dev/urandom > "$TMP/data2"
+nbdcopy "$TMP/data2" "$c_uri"
+wait_status "$c_ctl" dirty_bytes 0 120
+wait_status "$c_ctl" inflight_bytes 0 60
+ctl "$c_ctl" sync >/dev/null
+[ "$(status_field "$c_ctl" store_rbd_client)" != "$client" ] ||
+    fail "still client.$client after its lock was broken: $(ctl "$c_ctl" status)"
+[ "$(status_field "$c_ctl" store_rbd_lock)" = exclusive ] ||
+    fail "the lock was not taken again: $(ctl "$c_ctl" status)"
+echo "after the break: $(status_field "$c_ctl" store_failed_requests) failed requests, $(status_field "$c_ctl" store_connects) connects, now client.$(status_field "$c_ctl" store_rbd_client)"
+stop_rb_same c rbd:rbd/lock "$TMP/data2"
+echo "a broken lock: data written back by a new client"
