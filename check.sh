@@ -9,25 +9,28 @@
 #    real nbdkit, the ramback command, the NUT end-to-end test),
 # 3. the same suite built with AddressSanitizer + UBSan,
 # 4. the core's concurrency tests built with ThreadSanitizer,
-# 5. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
+# 5. the Ceph RBD backing store against a real single-node cluster
+#    (tests/rbd/: the model and crash-resume tests on an image, an OSD
+#    killed during write back, one writer per image),
+# 6. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
 #    on ramback (untar, restart during populate, mode toggling, power cut),
-# 6. the device-mapper target built against Debian's kernel headers and
+# 7. the device-mapper target built against Debian's kernel headers and
 #    tested inside the QEMU guest (never on this machine's kernel),
-# 7. make distcheck: the release tarball builds and passes make check
+# 8. make distcheck: the release tarball builds and passes make check
 #    (unit tests and a subset of the shell tests: scripts/check-dist.sh)
 #    from a read-only source tree, installs and uninstalls cleanly,
-# 8. the Debian packages: built, linted, installed, their installed
+# 9. the Debian packages: built, linted, installed, their installed
 #    files smoke-tested (dkms builds the dm target, never loads it),
 #    purged (scripts/check-packages.sh),
-# 9. those packages in a booted Debian 12 guest, systemd as PID 1: the
+# 10. those packages in a booted Debian 12 guest, systemd as PID 1: the
 #    README's Install commands, a disk mounted from /etc/fstab at boot,
 #    reboot, poweroff during writes and a stop of the ramback unit, each
 #    unmounting, disconnecting and draining in that order
 #    (qemu-guest/boot-scenario.sh),
-# 10. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
+# 11. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
 #    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
-# Stages 5 and 6 run at the same time, and so do 7 and 10.
-# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot
+# Stages 6 and 7 run at the same time, and so do 8 and 11.
+# Set RAMBACK_CHECK_SKIP="asan tsan rbd guest dm distcheck packages boot
 # quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 4) for
 # the number of tests run at a time.
 set -uo pipefail
@@ -82,7 +85,7 @@ check_in () {
     make -k -C "$dir" "$@" || { show_failures "$dir"; return 1; }
 }
 
-stage build scripts/build.sh _build
+stage build scripts/build.sh _build --with-rbd
 # The suites run four tests at a time: most of a test's time is spent
 # waiting on servers it started (kill -9 cycles, write back under a rate
 # cap, remote reconnects), not on the CPU (three at a time kept the two
@@ -94,6 +97,9 @@ stage build-asan scripts/build.sh _build-asan --enable-sanitizers=address,undefi
 stage asan check_in _build-asan -j"$jobs" check
 stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
 stage tsan check_in _build-tsan/lib -j"$jobs" check
+# One Ceph cluster (monitor, manager, one OSD) for the RBD store's tests,
+# run one at a time: one of them kills the OSD.
+stage rbd check_in _build/tests/rbd check-rbd
 # Two QEMU guests (one core each), then the release tarball beside the
 # quick start's chroot: stages that share nothing run two at a time.
 together stage guest check_in _build check-guest -- \

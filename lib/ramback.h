@@ -35,7 +35,8 @@ struct rb_store;
 
 /* Parameters a store may need when it is opened. */
 struct rb_store_params {
-  const char *uri;            /* path or nbd[s][+unix]:// URI */
+  const char *uri;            /* path, nbd[s][+unix]:// URI or
+                                 rbd:POOL/IMAGE */
   const char *param;          /* how messages name it: NULL "back=URI",
                                  "journal" "journal=URI", "" the bare
                                  URI (a command's argument) */
@@ -57,6 +58,12 @@ struct rb_store_params {
   int request_timeout;        /* seconds without a reply (and without
                                  socket activity) before a connection
                                  is given up, 0: never */
+  /* RBD only (store-rbd.c): how to reach the cluster, NULL: librados'
+   * defaults.  max_inflight applies too (whole store).
+   */
+  const char *rbd_conf;       /* ceph.conf */
+  const char *rbd_id;         /* client name without "client." */
+  const char *rbd_keyring;
 };
 
 /* The store's health, shown in status.  Remote stores can go OFFLINE. */
@@ -70,6 +77,16 @@ enum rb_store_state {
  * a file or block device.
  */
 extern bool rb_store_is_nbd_uri (const char *uri);
+
+/* Whether uri names a Ceph RBD image (rbd:POOL/IMAGE...). */
+extern bool rb_store_is_rbd_uri (const char *uri);
+
+/* Either: a store that is not a local file or device. */
+static inline bool
+rb_store_is_remote_uri (const char *uri)
+{
+  return rb_store_is_nbd_uri (uri) || rb_store_is_rbd_uri (uri);
+}
 
 enum rb_mode {
   RB_MODE_WRITEBACK = 0,      /* writes complete in RAM; flushed later */

@@ -10,9 +10,17 @@
 #   b) chunk=4K, an existing sparse backing file with random extents,
 #      writeback for the first half, then writethrough, where every
 #      acknowledged write must already be in the backing file without a sync.
+#
+# RBD_MODEL=1 (tests/rbd/test-rbd-model.sh): the backing store of both is
+# an RBD image made from that backing file, on the cluster of $CEPH_CONF
+# (or one started for the test).
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
+if [ -n "${RBD_MODEL:-}" ]; then
+    source "$top_srcdir/tests/rbd/rbd-functions.sh"
+    rbd_cluster
+fi
 
 size=$(( 37 * 1024 * 1024 + 12345 ))
 seed=${SEED:-20260312}
@@ -35,6 +43,12 @@ model.make_sparse_image (sys.argv[1], int (sys.argv[2]), rng, 40).save (sys.argv
         py -c 'import sys; open (sys.argv[1], "wb").truncate (int (sys.argv[2]))' \
            "$modelf" "$size"
         args+=(size="$size")
+    fi
+    if [ -n "${RBD_MODEL:-}" ]; then
+        [ -f "$back" ] || truncate -s "$size" "$back"
+        rbd_image "model-$name" "$back"
+        back=rbd:rbd/model-$name
+        args=(back="$back" rbd-conf="$CEPH_CONF" chunk="$chunk")
     fi
 
     start_rb rb -- "${args[@]}"

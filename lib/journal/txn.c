@@ -393,7 +393,7 @@ rbi_txn_open (struct rb *rb)
     return -1;
   }
 
-  if (!rb_store_is_nbd_uri (rb->cfg.journal)) {
+  if (!rb_store_is_remote_uri (rb->cfg.journal)) {
     struct stat st;
     if (stat (rb->cfg.journal, &st) == -1 && errno == ENOENT) {
       rb_set_error (ENOENT, "journal=%s does not exist: create it first, "
@@ -411,7 +411,7 @@ rbi_txn_open (struct rb *rb)
   t->jstore = rb_store_open (&sp);
   if (t->jstore == NULL) {
     /* A file's messages name journal= already (sp.param). */
-    if (rb_store_is_nbd_uri (rb->cfg.journal))
+    if (rb_store_is_remote_uri (rb->cfg.journal))
       rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
                     rb_get_error ());
     return -1;
