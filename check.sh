@@ -29,7 +29,7 @@
 #    (qemu-guest/boot-scenario.sh),
 # 11. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
 #    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
-# Stages 6 and 7 run at the same time, and so do 8 and 11.
+# Stage 3 runs beside 4, 6 beside 7, and 8 beside 11.
 # Set RAMBACK_CHECK_SKIP="asan tsan rbd guest dm distcheck packages boot
 # quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 4) for
 # the number of tests run at a time.
@@ -94,9 +94,11 @@ stage build scripts/build.sh _build --with-rbd
 jobs=${RAMBACK_CHECK_JOBS:-4}
 stage check check_in _build -j"$jobs" check
 stage build-asan scripts/build.sh _build-asan --enable-sanitizers=address,undefined
-stage asan check_in _build-asan -j"$jobs" check
 stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
-stage tsan check_in _build-tsan/lib -j"$jobs" check
+# The ASan suite (mostly waiting, like the plain one) beside the TSan
+# unit tests (one long CPU-bound test-core).
+together stage asan check_in _build-asan -j"$jobs" check -- \
+    stage tsan check_in _build-tsan/lib -j"$jobs" check
 # One Ceph cluster (monitor, manager, one OSD) for the RBD store's tests,
 # run one at a time: one of them kills the OSD.
 stage rbd check_in _build/tests/rbd check-rbd
