@@ -29,7 +29,7 @@
 #    (qemu-guest/boot-scenario.sh),
 # 11. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
 #    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
-# Stage 3 runs beside 4, 6 beside 7, and 8 beside 11.
+# Stage 3 runs beside 4, and 8 beside 11.
 # Set RAMBACK_CHECK_SKIP="asan tsan rbd guest dm distcheck packages boot
 # quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 4) for
 # the number of tests run at a time.
@@ -102,10 +102,11 @@ together stage asan check_in _build-asan -j"$jobs" check -- \
 # One Ceph cluster (monitor, manager, one OSD) for the RBD store's tests,
 # run one at a time: one of them kills the OSD.
 stage rbd check_in _build/tests/rbd check-rbd
-# Two QEMU guests (one core each), then the release tarball beside the
-# quick start's chroot: stages that share nothing run two at a time.
-together stage guest check_in _build check-guest -- \
-    stage dm check_in _build check-dm
+# The QEMU guests one after the other (side by side they took longer:
+# each uses both cores), then the release tarball beside the quick
+# start's chroot.
+stage guest check_in _build check-guest
+stage dm check_in _build check-dm
 together stage distcheck scripts/check-dist.sh -- \
     stage quickstart scripts/check-quickstart.sh
 stage packages scripts/check-packages.sh
