@@ -82,3 +82,14 @@ crash_ramdir () {
         { echo "$0: SKIP: no tmpfs for ram= (/dev/shm is not one, and mount failed)"; exit 77; }
     cleanup_fn umount "$ramdir"
 }
+
+# crash_resume CHUNK [VAR=VALUE...]: one run of crash-resume.py (kill -9
+# cycles, restarts on the same ram=) with chunk size CHUNK, for
+# CRASH_SECONDS (default 40); VAR=VALUE add to its environment.
+crash_resume () {
+    local chunk=$1; shift
+    env PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
+        TMP="$TMP" RAMDIR="$ramdir" CHUNK="$chunk" \
+        SECONDS_BUDGET="${CRASH_SECONDS:-40}" "$@" \
+        /usr/bin/python3 "$top_srcdir/tests/crash-resume.py"
+}

@@ -11,9 +11,6 @@ source "$top_srcdir/tests/core-functions.sh"
 crash_ramdir
 
 for chunk in 4096 65536; do
-    PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
-        TMP="$TMP" RAMDIR="$ramdir" CHUNK=$chunk \
-        FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so" \
-        SECONDS_BUDGET="${CRASH_SECONDS:-40}" \
-        py "$top_srcdir/tests/crash-resume.py"
+    crash_resume $chunk \
+        FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so"
 done
