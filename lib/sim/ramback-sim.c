@@ -368,41 +368,22 @@ limit_span (const struct sim_rec *r)
   return 2 * ((r->u0 + r->nu - 1) / cu - r->u0 / cu + 1) * cs;
 }
 
-/* Count the requests in progress now, each once: all of them after a
- * reset (at rest, D below the limit: T), else the ones not counted yet.
+/* Count the requests in progress now (only the unthrottled ones if
+ * unthrottled), each once: all of them after a reset (at rest, D below
+ * the limit: T), else the ones not counted yet.
  */
 static void
-limit_owe (bool reset)
+limit_owe (bool reset, bool unthrottled)
 {
   int c;
 
   if (reset)
     limit_owed = 0;
   for (c = 0; c < SIM_MAX_CLIENTS; c++) {
-    const struct sim_rec *r;
-
-    if (sim->inflight[c] == 0 ||
+    if (sim->inflight[c] == 0 || (unthrottled && !limit_fua[c]) ||
         (!reset && limit_counted[c] == sim->inflight[c]))
       continue;
-    r = &sim->recs[sim->inflight[c]];
-    limit_owed += limit_span (r);
-    limit_counted[c] = sim->inflight[c];
-  }
-}
-
-static void
-limit_owe_unthrottled (void)
-{
-  int c;
-
-  for (c = 0; c < SIM_MAX_CLIENTS; c++) {
-    const struct sim_rec *r;
-
-    if (sim->inflight[c] == 0 || !limit_fua[c] ||
-        limit_counted[c] == sim->inflight[c])
-      continue;
-    r = &sim->recs[sim->inflight[c]];
-    limit_owed += limit_span (r);
+    limit_owed += limit_span (&sim->recs[sim->inflight[c]]);
     limit_counted[c] = sim->inflight[c];
   }
 }
@@ -435,9 +416,9 @@ limit_track (void)
    */
   if (limit_armed && (limit_d () < sim->cfg.dirty_max ||
                       idle_rb->mode == RB_MODE_WRITETHROUGH))
-    limit_owe (false);
+    limit_owe (false, false);
   else if (limit_armed)
-    limit_owe_unthrottled ();
+    limit_owe (false, true);
 }
 
 /* At rest. */
@@ -452,7 +433,7 @@ limit_check (void)
   d = limit_d ();
   if (d < sim->cfg.dirty_max) {
     limit_armed = true;
-    limit_owe (true);
+    limit_owe (true, false);
   }
   else if (limit_armed && d >= sim->cfg.dirty_max + limit_owed)
     sim_fail ("at rest: over the dirty limit: %" PRIu64 " dirty and %"
