@@ -404,10 +404,10 @@ static bool
 read_in_flight (struct conn *c)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->st->lock);
-  struct piece *p;
+  struct rb_inflight_req *r;
 
-  for (p = c->if_head; p; p = p->inext)
-    if (p->op == P_READ)
+  for (r = c->inflight.head; r; r = r->next)
+    if (RB_INFLIGHT_ENTRY (r, struct piece, ireq)->op == P_READ)
       return true;
   return false;
 }
@@ -461,7 +461,7 @@ conn_thread (void *vp)
     /* Up: issue what is queued, then wait for the socket or a wake. */
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-      if (st->quit && c->queued == 0 && c->inflight == 0)
+      if (st->quit && c->queued == 0 && c->inflight.n == 0)
         break;
       list = nbdstore_dequeue (c, true);
       epoch = c->epoch;
@@ -520,7 +520,7 @@ conn_thread (void *vp)
       nd = nbdstore_drain_fds (c, fds + 2, dv);
       {
         ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-        inflight = c->inflight;
+        inflight = c->inflight.n;
       }
       if (inflight > 0 && st->request_timeout_ns > 0)
         timeout_ms = 1000;

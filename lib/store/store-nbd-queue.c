@@ -153,16 +153,7 @@ nbdstore_finalize (struct piece *p, const char *cause)
     struct conn *c = p->conn;
 
     if (p->issued) {
-      c->inflight--;
-      st->inflight_now--;
-      if (p->iprev)
-        p->iprev->inext = p->inext;
-      else
-        c->if_head = p->inext;
-      if (p->inext)
-        p->inext->iprev = p->iprev;
-      else
-        c->if_tail = p->iprev;
+      rb_inflight_end (&c->inflight, &st->counts, &p->ireq, p->err != 0);
       /* Remembered before the caller learns of the failure (and may
        * write the range again elsewhere).
        */
@@ -368,7 +359,7 @@ nbdstore_dequeue (struct conn *c, bool for_issue)
 
   while ((p = c->u_head) != NULL ||
          ((p = c->q_head) != NULL &&
-          (!for_issue || c->inflight < st->max_inflight))) {
+          (!for_issue || c->inflight.n < st->max_inflight))) {
     if (p == c->u_head) {
       c->u_head = p->next;
       if (c->u_head == NULL)
@@ -385,19 +376,9 @@ nbdstore_dequeue (struct conn *c, bool for_issue)
     c->queued--;
     if (for_issue) {
       p->issued = true;
-      p->issued_ns = now;
-      p->inext = NULL;
-      p->iprev = c->if_tail;
-      if (c->if_tail)
-        c->if_tail->inext = p;
-      else
-        c->if_head = p;
-      c->if_tail = p;
-      if (c->inflight++ == 0)
+      if (c->inflight.n == 0)
         c->last_progress_ns = now;
-      st->requests++;
-      if (++st->inflight_now > st->inflight_max)
-        st->inflight_max = st->inflight_now;
+      rb_inflight_issue (&c->inflight, &st->counts, &p->ireq, now);
     }
   }
   return list;
@@ -429,7 +410,8 @@ pick_conn (struct nbd_store *st, unsigned *rr)
     struct conn *c = &st->conns[i];
 
     if (c->up &&
-        (best == NULL || c->queued + c->inflight < best->queued + best->inflight))
+        (best == NULL || c->queued + c->inflight.n <
+         best->queued + best->inflight.n))
       best = c;
   }
   if (best == NULL)

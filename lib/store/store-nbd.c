@@ -314,8 +314,9 @@ static void
 nbd_store_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct nbd_store *st = s->handle;
-  uint64_t reconnects, disconnects, inflight_max, requests;
+  uint64_t reconnects, disconnects;
   uint64_t oldest_ms = 0, suspect = 0, now = rb_now_ns ();
+  struct rb_inflight_counts counts;
   unsigned queued = 0, draining = 0;
   int up, i;
 
@@ -328,9 +329,8 @@ nbd_store_status (struct rb_store *s, struct rb_status_out *o)
       struct drain *d;
 
       queued += c->queued;
-      if (c->if_head && now > c->if_head->issued_ns)
-        oldest_ms = RB_MAX (oldest_ms,
-                            (now - c->if_head->issued_ns) / 1000000);
+      oldest_ms = RB_MAX (oldest_ms,
+                          rb_inflight_oldest_ms (&c->inflight, now));
       for (d = c->drains; d; d = d->next) {
         draining++;
         suspect += d->r.bytes;
@@ -338,8 +338,7 @@ nbd_store_status (struct rb_store *s, struct rb_status_out *o)
     }
     reconnects = st->reconnects;
     disconnects = st->disconnects;
-    inflight_max = st->inflight_max;
-    requests = st->requests;
+    counts = st->counts;
   }
 
   rb_status_str (o, "store_uri", st->uri);
@@ -349,14 +348,11 @@ nbd_store_status (struct rb_store *s, struct rb_status_out *o)
   rb_status_u64 (o, "store_min_block", s->min_block);
   rb_status_u64 (o, "store_reconnects", reconnects);
   rb_status_u64 (o, "store_disconnects", disconnects);
-  rb_status_u64 (o, "store_requests", requests);
   rb_status_u64 (o, "store_queued", queued);
-  rb_status_u64 (o, "store_oldest_request_ms", oldest_ms);
   rb_status_u64 (o, "store_suspect_bytes", suspect);
   rb_status_u64 (o, "store_draining", draining);
-  rb_status_u64 (o, "store_inflight_max", inflight_max);
-  rb_status_u64 (o, "store_inflight_limit", st->max_inflight);
   rb_status_u64 (o, "store_max_request", st->max_request);
+  rb_inflight_status (o, &counts, st->max_inflight, oldest_ms);
 }
 
 /* Polite disconnect, bounded: a dead server must not stall shutdown. */

@@ -41,6 +41,7 @@
 #include "cleanup.h"
 #include "json.h"
 #include "backoff.h"
+#include "inflight.h"
 
 #define MAX_CONNECTIONS 64          /* as glue/params.c allows */
 #define AUTO_CONNECTIONS 4          /* when the server offers multi-conn */
@@ -104,9 +105,8 @@ struct piece {
   bool freed;                 /* .free ran */
   int err;
   uint64_t gen;               /* FLUSH: conn->write_gen when issued */
-  /* In flight (store lock): the connection's list, oldest first. */
-  struct piece *iprev, *inext;
-  uint64_t issued_ns;
+  /* On the connection's in-flight list while issued (store lock). */
+  struct rb_inflight_req ireq;
 };
 
 /* Ranges of the store whose last write has an unknown outcome.  If one
@@ -162,7 +162,7 @@ struct conn {
   bool up;
   uint64_t epoch;             /* of the current handle, unique per store */
   bool want_reconnect;        /* a sibling is back: try now */
-  struct piece *if_head, *if_tail; /* in flight, oldest first */
+  struct rb_inflight_list inflight; /* issued pieces, oldest first */
   struct ranges susp;         /* writes of the current handle without
                                  a reply when they ended */
   struct drain *drains;       /* lost handles not known to be over */
@@ -171,7 +171,6 @@ struct conn {
   struct piece *u_head, *u_tail;   /* urgent queue */
   struct piece *q_head, *q_tail;   /* bulk queue */
   unsigned queued;
-  unsigned inflight;
 };
 
 struct nbd_store {
@@ -213,9 +212,7 @@ struct nbd_store {
   uint64_t backoff_ns;
   uint64_t reconnects;
   uint64_t disconnects;
-  uint64_t inflight_now;
-  uint64_t inflight_max;
-  uint64_t requests;
+  struct rb_inflight_counts counts;   /* of every connection's list */
 };
 
 /* store-nbd-loss.c: the connection has stayed up long enough? Returns

@@ -17,6 +17,10 @@
  * pieces of different objects to the OSDs in parallel.  The caller
  * sleeps until its batch's pieces have all completed (the completions
  * run on librbd's threads and only count down under the store lock).
+ * A piece is on the store's in-flight list (inflight.h, for status)
+ * from before its aio call until its completion ran, or until the call
+ * refused it (returned < 0: no completion will run); other threads may
+ * have listed pieces behind it by then, so it leaves from its place.
  * librbd's own write-back cache is turned off (rbd_cache=false):
  * ramback is the cache, and a write acknowledged by librbd without a
  * cache is on the OSDs' disks.  flush() is rbd_flush() all the same, so
@@ -81,6 +85,7 @@
 #include "cleanup.h"
 #include "json.h"
 #include "backoff.h"
+#include "inflight.h"
 
 #define DEFAULT_INFLIGHT 32         /* pieces in flight, whole store */
 #define MAX_INFLIGHT 1024
@@ -97,8 +102,7 @@ struct piece {
   int *err;                   /* the batch's first error (store lock) */
   int ret;                    /* this piece's result, 0 or -errno */
   uint64_t count, offset;
-  uint64_t issued_ns;
-  struct piece *prev, *next;  /* in flight, oldest first (store lock) */
+  struct rb_inflight_req req; /* on st->inflight (store lock) */
 };
 
 struct rbd_store {
@@ -125,11 +129,8 @@ struct rbd_store {
   uint64_t backoff_ns;
   char last_error[600];
   /* In flight and counters (status). */
-  struct piece *if_head, *if_tail;
-  unsigned inflight;
-  uint64_t inflight_max;
-  uint64_t requests;
-  uint64_t errors;
+  struct rb_inflight_list inflight;
+  struct rb_inflight_counts counts;
   uint64_t connects;
 };
 
@@ -421,7 +422,7 @@ get_image (struct rbd_store *st)
     }
     if (st->pid == pid) {
       /* Broken: wait for what is in flight, then close. */
-      while (st->inflight)
+      while (st->inflight.n)
         rb_cond_wait (&st->cond, &st->lock);
       old.cluster = st->cluster;
       old.ioctx = st->ioctx;
@@ -479,17 +480,8 @@ piece_done (rbd_completion_t c, void *arg)
   p->ret = r < 0 ? (int) r : 0;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-  if (p->prev)
-    p->prev->next = p->next;
-  else
-    st->if_head = p->next;
-  if (p->next)
-    p->next->prev = p->prev;
-  else
-    st->if_tail = p->prev;
-  st->inflight--;
+  rb_inflight_end (&st->inflight, &st->counts, &p->req, p->ret < 0);
   if (p->ret < 0) {
-    st->errors++;
     if (p->ret == -ESHUTDOWN)   /* blocklisted: connect again */
       st->broken = true;
     if (p->io->err == 0)
@@ -549,19 +541,10 @@ rbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
     p->err = &err;
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-      while (st->inflight >= st->max_inflight)
+      while (st->inflight.n >= st->max_inflight)
         rb_cond_wait (&st->cond, &st->lock);
-      st->inflight++;
-      st->inflight_max = RB_MAX (st->inflight_max, (uint64_t) st->inflight);
-      st->requests++;
+      rb_inflight_issue (&st->inflight, &st->counts, &p->req, rb_now_ns ());
       pending++;
-      p->issued_ns = rb_now_ns ();
-      p->prev = st->if_tail;
-      if (st->if_tail)
-        st->if_tail->next = p;
-      else
-        st->if_head = p;
-      st->if_tail = p;
     }
     r = rbd_aio_create_completion (p, piece_done, &c);
     if (r == 0) {
@@ -580,16 +563,12 @@ rbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
         rbd_aio_release (c);
     }
     if (r < 0) {
-      /* Never issued: its completion will not run. */
+      /* Never issued: its completion will not run.  Other threads may
+       * have issued requests behind it meanwhile.
+       */
       p->ret = r;
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-      if (p->prev)
-        p->prev->next = NULL;
-      else
-        st->if_head = NULL;
-      st->if_tail = p->prev;
-      st->inflight--;
-      st->errors++;
+      rb_inflight_end (&st->inflight, &st->counts, &p->req, true);
       if (p->io->err == 0)
         p->io->err = -r;
       if (err == 0)
@@ -638,7 +617,7 @@ rbd_store_flush (struct rb_store *s)
   r = rbd_flush (img);
   if (r < 0) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-    st->errors++;
+    st->counts.failed++;
     if (r == -ESHUTDOWN)
       st->broken = true;
     rb_atomic_store (&s->state, RB_STORE_FAILING);
@@ -714,21 +693,16 @@ static void
 rbd_store_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct rbd_store *st = s->handle;
-  uint64_t now = rb_now_ns (), oldest_ms = 0;
-  uint64_t requests, errors, connects, inflight_max, instance;
-  unsigned inflight;
+  uint64_t oldest_ms, connects, instance;
+  struct rb_inflight_counts counts;
   bool locked, connected;
   char last_error[600];
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->lock);
-    if (st->if_head && now > st->if_head->issued_ns)
-      oldest_ms = (now - st->if_head->issued_ns) / 1000000;
-    requests = st->requests;
-    errors = st->errors;
+    oldest_ms = rb_inflight_oldest_ms (&st->inflight, rb_now_ns ());
+    counts = st->counts;
     connects = st->connects;
-    inflight = st->inflight;
-    inflight_max = st->inflight_max;
     instance = st->instance;
     locked = st->locked && st->pid == getpid ();
     connected = st->img && st->pid == getpid () && !st->broken;
@@ -746,13 +720,8 @@ rbd_store_status (struct rb_store *s, struct rb_status_out *o)
                  : locked ? "exclusive" : "none");
   rb_status_u64 (o, "store_rbd_object_size", st->object_size);
   rb_status_u64 (o, "store_connects", connects);
-  rb_status_u64 (o, "store_requests", requests);
-  rb_status_u64 (o, "store_failed_requests", errors);
   rb_status_str (o, "store_last_error", last_error);
-  rb_status_u64 (o, "store_inflight", inflight);
-  rb_status_u64 (o, "store_inflight_max", inflight_max);
-  rb_status_u64 (o, "store_inflight_limit", st->max_inflight);
-  rb_status_u64 (o, "store_oldest_request_ms", oldest_ms);
+  rb_inflight_status (o, &counts, st->max_inflight, oldest_ms);
 }
 
 static void
