@@ -9,7 +9,10 @@
 #   a) chunk=64K, backing file created by the plugin (size=), writeback;
 #   b) chunk=4K, an existing sparse backing file with random extents,
 #      writeback for the first half, then writethrough, where every
-#      acknowledged write must already be in the backing file without a sync.
+#      acknowledged write must already be in the backing file without a sync;
+#   c) chunk=64K, ram-size= an eighth of the device (chunks are evicted
+#      and loaded again all the time), the sparse backing file, writeback
+#      then writethrough as b.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -20,7 +23,7 @@ seed=${SEED:-20260312}
 run_case () {
     local name=$1 chunk=$2 init=$3
     local back="$TMP/$name.img" modelf="$TMP/$name.model"
-    local args=(back="$back" chunk="$chunk")
+    local args=(back="$back" chunk="$chunk" "${@:4}")
 
     echo "=== case $name: chunk=$chunk, backing $init"
     if [ "$init" = sparse ]; then
@@ -53,7 +56,11 @@ def body ():
     m = M.Model.from_file (modelf)
     size = m.size
 
-    st = ctl.wait_for (lambda s: s["populated"], what="populate")
+    slotted = name == "c"
+    if slotted:
+        st = ctl.status ()
+    else:
+        st = ctl.wait_for (lambda s: s["populated"], what="populate")
     expect = { "size": size, "chunk_size": chunk,
                "chunks": (size + chunk - 1) // chunk, "mode": "writeback" }
     for k, v in expect.items ():
@@ -75,7 +82,11 @@ def body ():
             if st["dirty_chunks"] != 0 or st["dirty_bytes"] != 0:
                 M.fail ("dirty after sync with no writer: %r" % st)
             m.check_file (back, "backing file after sync at op %d" % i)
-        if name == "b" and i == 200:
+        if slotted:
+            st = ctl.status ()
+            if st["resident_bytes"] > st["ram_size"] + 8 * chunk:
+                M.fail ("resident over ram-size: %r" % st)
+        if name != "a" and i == 200:
             ctl ("mode writethrough")
             if ctl.status ()["mode"] != "writethrough":
                 M.fail ("mode did not switch to writethrough")
@@ -86,8 +97,12 @@ def body ():
     M.log ("ops: %r" % counts)
     m.check_nbd (h, "device at the end")
     st = ctl.status_no_errors ("a healthy file")
-    M.log ("status: stored_bytes=%d loaded_bytes=%d syncs=%d"
-           % (st["stored_bytes"], st["loaded_bytes"], st["syncs"]))
+    M.log ("status: stored_bytes=%d loaded_bytes=%d syncs=%d evictions=%d "
+           "hits=%d misses=%d"
+           % (st["stored_bytes"], st["loaded_bytes"], st["syncs"],
+              st["evictions"], st["hits"], st["misses"]))
+    if slotted and (st["evictions"] == 0 or st["misses"] == 0):
+        M.fail ("ram-size= but no eviction or miss: %r" % st)
     h.shutdown ()
     m.save (modelf)
 
@@ -101,3 +116,4 @@ EOF
 
 run_case a 65536 created
 run_case b 4096 sparse
+run_case c 65536 sparse ram-size=$(( size / 8 / 65536 * 65536 ))
