@@ -9,25 +9,29 @@
 #    real nbdkit, the ramback command, the NUT end-to-end test),
 # 3. the same suite built with AddressSanitizer + UBSan,
 # 4. the core's concurrency tests built with ThreadSanitizer,
-# 5. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
+# 5. the Ceph RBD backing store against a real single-node cluster
+#    (tests/rbd/: the model and crash-resume tests on an image, an OSD
+#    killed during write back, one writer per image),
+# 6. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
 #    on ramback (untar, restart during populate, mode toggling, power cut),
-# 6. the device-mapper target built against Debian's kernel headers and
+# 7. the device-mapper target built against Debian's kernel headers and
 #    tested inside the QEMU guest (never on this machine's kernel),
-# 7. make distcheck: the release tarball builds and passes make check
+# 8. make distcheck: the release tarball builds and passes make check
 #    (unit tests and a subset of the shell tests: scripts/check-dist.sh)
 #    from a read-only source tree, installs and uninstalls cleanly,
-# 8. the Debian packages: built, linted, installed, their installed
+# 9. the Debian packages: built, linted, installed, their installed
 #    files smoke-tested (dkms builds the dm target, never loads it),
 #    purged (scripts/check-packages.sh),
-# 9. those packages in a booted Debian 12 guest, systemd as PID 1: the
+# 10. those packages in a booted Debian 12 guest, systemd as PID 1: the
 #    README's Install commands, a disk mounted from /etc/fstab at boot,
 #    reboot, poweroff during writes and a stop of the ramback unit, each
 #    unmounting, disconnecting and draining in that order
 #    (qemu-guest/boot-scenario.sh),
-# 10. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
+# 11. the README's quick start as printed (./run.sh size=2G, ./run.sh) in
 #    a fresh Debian 12 chroot (scripts/check-quickstart.sh).
-# Set RAMBACK_CHECK_SKIP="asan tsan guest dm distcheck packages boot
-# quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 3) for
+# Stage 3 runs beside 4, and 8 beside 11.
+# Set RAMBACK_CHECK_SKIP="asan tsan rbd guest dm distcheck packages boot
+# quickstart" to leave stages out, RAMBACK_CHECK_JOBS (default 4) for
 # the number of tests run at a time.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -59,29 +63,55 @@ show_failures () {
     done
 }
 
+# together CMD1... -- CMD2...: run both at once, each one's output kept
+# apart and shown after both ended, first CMD1's; a failed stage counts.
+together () {
+    local a=() out
+    while [ "$1" != -- ]; do a+=("$1"); shift; done
+    shift
+    out=$(mktemp -d "${TMPDIR:-/tmp}/ramback-check.XXXXXX")
+    ( failed=(); "${a[@]}"; printf '%s\n' "${failed[@]}" > "$out/1.failed" ) \
+        > "$out/1.out" 2>&1 &
+    ( failed=(); "$@"; printf '%s\n' "${failed[@]}" > "$out/2.failed" ) \
+        > "$out/2.out" 2>&1
+    wait
+    cat "$out/1.out" "$out/2.out"
+    failed+=($(cat "$out/1.failed" "$out/2.failed" 2>/dev/null))
+    rm -rf "$out"
+}
+
 check_in () {
     local dir=$1; shift
     make -k -C "$dir" "$@" || { show_failures "$dir"; return 1; }
 }
 
-stage build scripts/build.sh _build
-# The suites run three tests at a time: most of a test's time is spent
+stage build scripts/build.sh _build --with-rbd
+# The suites run four tests at a time: most of a test's time is spent
 # waiting on servers it started (kill -9 cycles, write back under a rate
-# cap, remote reconnects), not on the CPU, and every test waits for
-# states, never for a time.  RAMBACK_CHECK_JOBS changes it.
-jobs=${RAMBACK_CHECK_JOBS:-3}
+# cap, remote reconnects), not on the CPU (three at a time kept the two
+# cores of a CI machine 45% busy), and every test waits for states,
+# never for a time.  RAMBACK_CHECK_JOBS changes it.
+jobs=${RAMBACK_CHECK_JOBS:-4}
 stage check check_in _build -j"$jobs" check
 stage build-asan scripts/build.sh _build-asan --enable-sanitizers=address,undefined
-stage asan check_in _build-asan -j"$jobs" check
 stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
-stage tsan check_in _build-tsan/lib -j"$jobs" check
+# The ASan suite (mostly waiting, like the plain one) beside the TSan
+# unit tests (one long CPU-bound test-core).
+together stage asan check_in _build-asan -j"$jobs" check -- \
+    stage tsan check_in _build-tsan/lib -j"$jobs" check
+# One Ceph cluster (monitor, manager, one OSD) for the RBD store's tests,
+# run one at a time: one of them kills the OSD.
+stage rbd check_in _build/tests/rbd check-rbd
+# The QEMU guests one after the other (side by side they took longer:
+# each uses both cores), then the release tarball beside the quick
+# start's chroot.
 stage guest check_in _build check-guest
 stage dm check_in _build check-dm
-stage distcheck scripts/check-dist.sh
+together stage distcheck scripts/check-dist.sh -- \
+    stage quickstart scripts/check-quickstart.sh
 stage packages scripts/check-packages.sh
 stage boot env top_builddir="$PWD/_build" qemu-guest/boot-scenario.sh \
     "${RAMBACK_DEB_DIR:-_build-deb}"
-stage quickstart scripts/check-quickstart.sh
 
 # One closing line for the whole run, counted from every test result.
 pass=$(cat _build*/*.trs _build*/*/*.trs 2>/dev/null | grep -c '^:test-result: PASS')

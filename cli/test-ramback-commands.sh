@@ -158,3 +158,26 @@ for c in status mode sync wait-populated trace ups; do
 done
 run_rb 0 --version
 grep -Eqx 'ramback [0-9]+\.[0-9]+\.[0-9]+' "$TMP/out" || fail "--version"
+
+# wait-populated while populate is paused (writethrough mode): an error
+# at once that says why and what resumes it, not a silent wait.
+head -c 64M /dev/urandom > "$TMP/big.img"   # data: populate must read it
+start_ramback wt back="$TMP/big.img" mode=writethrough populate-rate=1M
+cleanup_fn stop_nbdkit "$wt_pid"
+start=$(date +%s)
+run_rb 6 wait-populated --timeout=20 "$wt_ctl"
+(( $(date +%s) - start < 10 )) || fail "wait-populated waited for a paused populate"
+grep -q "paused in writethrough mode.*ramback mode writeback.*(EAGAIN)" "$TMP/err" ||
+    fail "wait-populated in writethrough mode: $(cat "$TMP/err")"
+# The same when the mode changes to writethrough during the wait.
+run_rb 0 mode writeback "$wt_ctl"
+rc=0
+"$RAMBACK" wait-populated --timeout=20 "$wt_ctl" >"$TMP/out2" 2>"$TMP/err2" &
+waiter=$!
+sleep 1
+run_rb 0 mode writethrough "$wt_ctl"
+start=$(date +%s)
+wait "$waiter" || rc=$?
+[ "$rc" -eq 6 ] || fail "wait-populated across a switch to writethrough: exit $rc, $(cat "$TMP/err2")"
+(( $(date +%s) - start < 10 )) || fail "wait-populated went on after populate paused"
+grep -q "paused in writethrough mode" "$TMP/err2" || fail "$(cat "$TMP/err2")"

@@ -17,9 +17,11 @@ expect_err_text () {
     grep -Fq -- "$1" "$TMP/err" || fail "stderr '$(cat "$TMP/err")' does not contain '$1'"
 }
 
-# A plugin that is slow to write back (flush-rate=1K: after the first
-# chunk, the next one waits 64 s), with dirty data.
-start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K
+# A plugin that is slow to write back (flush-rate=100: after the first
+# chunk, the next one waits 11 minutes; at 1K the 64 s wait ran out
+# before the timeout checks below on a loaded machine under ASan), with
+# dirty data.
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=100
 nbd_write "$rb_uri" 0 65536 1
 nbd_write "$rb_uri" 131072 65536 2
 nbd_write "$rb_uri" 262144 65536 3

@@ -96,6 +96,7 @@ drainer_main (void *arg)
   ramback_info ("stop requested (signal %d): writing back before nbdkit "
                 "shuts down; a second signal stops at once", sig);
   ramback_notify_draining ();
+  rb_begin_stop_drain (stop_rb);
   if (rb_set_mode (stop_rb, RB_MODE_WRITETHROUGH) == -1)
     nbdkit_error ("stop: %s", rb_get_error ());
   for (;;) {

@@ -391,13 +391,16 @@ fuzz_one (const uint8_t *data, size_t size)
   if (ok) {
     const char *uri = ramback_params.store.uri;
     const struct rb_store_params *sp = &ramback_params.store;
+    bool rbd = rb_store_is_rbd_uri (uri);
     bool nbd_only = sp->tls_certificates || sp->tls_psk_file ||
       sp->tls_username || sp->tls_verify_peer != -1 || sp->connections ||
-      sp->max_inflight || sp->request_timeout;
+      (sp->max_inflight && !rbd) || sp->request_timeout;
+    bool rbd_only = sp->rbd_conf || sp->rbd_id || sp->rbd_keyring;
     const char *journal = ramback_params.journal;
     bool want = uri != NULL &&
-      !(ramback_params.size && strstr (uri, "://")) &&
+      !(ramback_params.size && (strstr (uri, "://") || rbd)) &&
       !(nbd_only && !rb_store_is_nbd_uri (uri)) &&
+      !(rbd_only && !rbd && !(journal && rb_store_is_rbd_uri (journal))) &&
       !(ramback_params.commit_interval_ms && journal == NULL) &&
       !(journal && strcmp (journal, uri) == 0);
     int r;

@@ -142,13 +142,13 @@ parse_key (const char *key, const char *value)
 
   if (strcmp (key, "back") == 0) {
     /* Paths are made absolute: nbdkit changes directory to / later. */
-    if (strstr (value, "://"))
+    if (strstr (value, "://") || rb_store_is_rbd_uri (value))
       c->store.uri = value;
     else if ((c->store.uri = nbdkit_absolute_path (value)) == NULL)
       return -1;
   }
   else if (strcmp (key, "journal") == 0) {
-    if (strstr (value, "://"))
+    if (strstr (value, "://") || rb_store_is_rbd_uri (value))
       c->journal = value;
     else if ((c->journal = nbdkit_absolute_path (value)) == NULL)
       return -1;
@@ -262,6 +262,16 @@ parse_key (const char *key, const char *value)
     return parse_int (key, value, 1, &c->store.max_inflight);
   else if (strcmp (key, "request-timeout") == 0)
     return parse_int (key, value, 0, &c->store.request_timeout);
+  else if (strcmp (key, "rbd-conf") == 0) {
+    if ((c->store.rbd_conf = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
+  else if (strcmp (key, "rbd-id") == 0)
+    c->store.rbd_id = value;
+  else if (strcmp (key, "rbd-keyring") == 0) {
+    if ((c->store.rbd_keyring = nbdkit_absolute_path (value)) == NULL)
+      return -1;
+  }
   else {
     nbdkit_error ("unknown parameter '%s' (see nbdkit-ramback-plugin(1) "
                   "or nbdkit ramback --help)", key);

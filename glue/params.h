@@ -30,8 +30,9 @@ extern void ramback_config_free (void);
   "populate=true|false     Populate in the background (default true).\n"
 
 #define ramback_config_help \
-  "back=PATH|NBD-URI     (required) The backing store.\n" \
-  "journal=PATH|NBD-URI    Crash-consistent write back through a journal.\n" \
+  "back=PATH|NBD-URI|rbd:POOL/IMAGE  (required) The backing store.\n" \
+  "journal=PATH|NBD-URI|rbd:POOL/IMAGE  Crash-consistent write back\n" \
+  "                        through a journal.\n" \
   "commit-interval=SECONDS With journal=: commit at least this often (5).\n" \
   "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
   "ram-size=SIZE           RAM the image may use (default: the device size).\n" \
@@ -47,6 +48,9 @@ extern void ramback_config_free (void);
   "trace=true|false        Trace every request (debug output).\n" \
   "tls-certificates=DIR tls-psk=FILE tls-username=NAME tls-verify=BOOL\n" \
   "connections=N inflight=N request-timeout=SECONDS\n" \
-  "                        NBD backing store only."
+  "                        NBD backing store only (inflight= also RBD).\n" \
+  "rbd-conf=FILE rbd-id=NAME rbd-keyring=FILE\n" \
+  "                        RBD backing store only: the ceph.conf, the\n" \
+  "                        client name (without client.), its keyring."
 
 #endif /* RAMBACK_GLUE_PARAMS_H */

@@ -92,21 +92,36 @@ check_values (const struct rb_config *c)
 }
 
 /* The store is opened from store.uri: back= is required, size= creates
- * only a file, and the NBD store's options need an NBD URI (they would
- * be ignored with a file: say so rather than run without them).
+ * only a file, the NBD store's options need an NBD URI and the RBD
+ * store's an rbd: image (they would be ignored otherwise: say so rather
+ * than run without them).
  */
 static int
 check_uri_store (const struct rb_config *c)
 {
   const struct rb_store_params *s = &c->store;
-  const char *nbd_only;
+  const char *nbd_only, *rbd_only;
+  bool rbd = rb_store_is_rbd_uri (s->uri) ||
+    (c->journal && rb_store_is_rbd_uri (c->journal));
 
   if (s->uri == NULL)
     return invalid ("the back= parameter is required: the backing "
-                    "file, block device or nbd:// URI that holds the data");
+                    "file, block device, nbd:// URI or rbd:POOL/IMAGE that "
+                    "holds the data");
   if (c->size && strstr (s->uri, "://"))
     return invalid ("size= only applies to a backing file (an NBD "
                     "export has its own size)");
+  if (c->size && rb_store_is_rbd_uri (s->uri))
+    return invalid ("size= only applies to a backing file (an RBD image "
+                    "has its own size: rbd create --size, rbd resize)");
+  rbd_only =
+    s->rbd_conf ? "rbd-conf" :
+    s->rbd_id ? "rbd-id" :
+    s->rbd_keyring ? "rbd-keyring" : NULL;
+  if (rbd_only && !rbd)
+    return invalid ("%s= only applies to an RBD backing store or journal "
+                    "(back=rbd:POOL/IMAGE or journal=rbd:POOL/IMAGE): "
+                    "remove %s=", rbd_only, rbd_only);
   if (rb_store_is_nbd_uri (s->uri))
     return 0;
   nbd_only =
@@ -115,12 +130,15 @@ check_uri_store (const struct rb_config *c)
     s->tls_username ? "tls-username" :
     s->tls_verify_peer != -1 ? "tls-verify" :
     s->connections ? "connections" :
-    s->max_inflight ? "inflight" :
+    /* inflight= applies to an RBD image too */
+    s->max_inflight && !rb_store_is_rbd_uri (s->uri) ? "inflight" :
     s->request_timeout ? "request-timeout" : NULL;
   if (nbd_only)
     return invalid ("%s= only applies to an NBD backing store (back=nbd://, "
-                    "nbds://, nbd+unix://...), and back=%s is a file or "
-                    "device: remove %s=", nbd_only, s->uri, nbd_only);
+                    "nbds://, nbd+unix://...), and back=%s is %s: remove "
+                    "%s=", nbd_only, s->uri,
+                    rb_store_is_rbd_uri (s->uri) ? "an RBD image"
+                    : "a file or device", nbd_only);
   return 0;
 }
 

@@ -146,6 +146,8 @@ struct rb {
   rb_cond sync_cond;            /* rb_sync waiters: a sweep finished */
   rb_cond populated_cond;       /* rb_wait_populated waiters */
   bool stopping;                /* [lock] rb_close has begun */
+  bool stop_drain;              /* [atomic] rb_begin_stop_drain: a clean
+                                 * stop's drain, flush-rate= lifted */
   bool started;                 /* [lock] */
   bool shut_down;               /* [lock] rb_shutdown finished */
   int shutdown_result;          /* [lock] */
@@ -182,6 +184,11 @@ struct rb {
    */
   rb_mutex sync_lock;
   struct rb_extents unsynced;   /* [lock] */
+  bool sync_owed;               /* [lock] no good store sync since the
+                                   start: an earlier process that
+                                   crashed may have left writes in the
+                                   store's cache, so the flusher syncs
+                                   once with nothing of ours unsynced */
   uint64_t unsynced_bytes;      /* [atomic] written and not yet synced,
                                    in 'unsynced' or in a sync running */
   uint64_t fail_gen;            /* [lock] written, [atomic] read */

@@ -35,7 +35,8 @@ struct rb_store;
 
 /* Parameters a store may need when it is opened. */
 struct rb_store_params {
-  const char *uri;            /* path or nbd[s][+unix]:// URI */
+  const char *uri;            /* path, nbd[s][+unix]:// URI or
+                                 rbd:POOL/IMAGE */
   const char *param;          /* how messages name it: NULL "back=URI",
                                  "journal" "journal=URI", "" the bare
                                  URI (a command's argument) */
@@ -57,6 +58,12 @@ struct rb_store_params {
   int request_timeout;        /* seconds without a reply (and without
                                  socket activity) before a connection
                                  is given up, 0: never */
+  /* RBD only (store-rbd.c): how to reach the cluster, NULL: librados'
+   * defaults.  max_inflight applies too (whole store).
+   */
+  const char *rbd_conf;       /* ceph.conf */
+  const char *rbd_id;         /* client name without "client." */
+  const char *rbd_keyring;
 };
 
 /* The store's health, shown in status.  Remote stores can go OFFLINE. */
@@ -70,6 +77,16 @@ enum rb_store_state {
  * a file or block device.
  */
 extern bool rb_store_is_nbd_uri (const char *uri);
+
+/* Whether uri names a Ceph RBD image (rbd:POOL/IMAGE...). */
+extern bool rb_store_is_rbd_uri (const char *uri);
+
+/* Either: a store that is not a local file or device. */
+static inline bool
+rb_store_is_remote_uri (const char *uri)
+{
+  return rb_store_is_nbd_uri (uri) || rb_store_is_rbd_uri (uri);
+}
 
 enum rb_mode {
   RB_MODE_WRITEBACK = 0,      /* writes complete in RAM; flushed later */
@@ -185,6 +202,13 @@ extern void rb_abandon (struct rb *rb);
  * rb_close() frees.
  */
 extern int rb_shutdown (struct rb *rb);
+
+/* For a host that drains before rb_shutdown (the filter writes back
+ * while nbdkit still serves): the final drain of a clean stop has
+ * begun, so flush-rate= no longer applies, as in rb_shutdown's own
+ * drain.  For the rest of the instance's life; idempotent.
+ */
+extern void rb_begin_stop_drain (struct rb *rb);
 
 extern uint64_t rb_get_size (struct rb *rb);
 extern uint32_t rb_get_chunk_size (struct rb *rb);

@@ -108,6 +108,7 @@ errno_name (int e)
   case EINVAL: return "EINVAL";
   case ENOMEM: return "ENOMEM";
   case EPIPE: return "EPIPE";
+  case EAGAIN: return "EAGAIN";
   default: return "EOTHER";
   }
 }

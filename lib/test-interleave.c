@@ -345,7 +345,7 @@ stall_flusher (struct fx *f, uint64_t c)
 struct job {
   struct fx *f;
   const char *tag;
-  enum { J_WRITE, J_READ, J_SYNC, J_ZERO } op;
+  enum { J_WRITE, J_READ, J_SYNC, J_ZERO, J_FLUSH } op;
   uint8_t *buf;
   uint32_t len;
   uint64_t off;
@@ -373,6 +373,9 @@ job_main (gpointer arg)
   case J_SYNC:
     j->r = rb_sync (j->f->rb, -1);
     break;
+  case J_FLUSH:
+    j->r = rb_flush (j->f->rb);
+    break;
   case J_ZERO:
     hold_zero = !j->hold_before;
     hold_zero_before = j->hold_before;
@@ -380,7 +383,7 @@ job_main (gpointer arg)
     hold_zero = hold_zero_before = false;
     break;
   }
-  if (j->r == 0 && j->op != J_READ && j->op != J_ZERO)
+  if (j->r == 0 && (j->op == J_WRITE || j->op == J_SYNC))
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
   rb_atomic_store (&j->done, true);
   return NULL;
@@ -1593,6 +1596,84 @@ test_journal_sync_in_place (void)
   fx_finish_journal (&f, jpath, "sync with a journal");
 }
 
+/* --- a commit that fails -------------------------------------------- */
+
+/* The journal's store: the wrapped rb_store_open hands out this test
+ * store for journal_path, so that a test can fail the journal's sync.
+ */
+static struct tstore *journal_ts;
+static char *journal_path;
+
+extern struct rb_store *__real_rb_store_open (const struct rb_store_params *);
+extern struct rb_store *__wrap_rb_store_open (const struct rb_store_params *);
+
+struct rb_store *
+__wrap_rb_store_open (const struct rb_store_params *p)
+{
+  if (journal_ts && p->uri && strcmp (p->uri, journal_path) == 0)
+    return ts_store (journal_ts);
+  return __real_rb_store_open (p);
+}
+
+/* fsync=wait, a journal of the smallest size (1 MiB: it holds less
+ * than the 1 MiB device), no commit but those asked for.  The whole
+ * device is zeroed, a piece at a time: ZERO chunks, a few bytes of
+ * journal each.  The FLUSH's commit fails (the journal's sync).  The
+ * zeroes must stay as cheap as they were: the next FLUSH must commit
+ * them and succeed.  (A failed commit used to put its ZERO chunks back
+ * as dirty data, a whole chunk each, which no longer fitted in the
+ * journal: the committer retried that forever and every FLUSH hung.)
+ */
+static void
+test_journal_failed_commit (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct fx f;
+  struct job j;
+  uint64_t off;
+  int fd;
+
+  journal_path = g_strdup_printf ("%s/ramback-interleave-jfail-%d",
+                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
+                                  : "/var/tmp", (int) getpid ());
+  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint (fd, >=, 0);
+  close (fd);
+  journal_ts = ts_new (MiB, NULL);
+  c.journal = journal_path;
+  fx_open_cfg (&f, 113, &c, true);
+
+  for (off = 0; off < SIZE; off += 16 * CHUNK) {
+    g_assert_cmpint (rb_zero (f.rb, 16 * CHUNK, off, 0), ==, 0);
+    memset (f.model + off, 0, 16 * CHUNK);
+  }
+  ts_fail_syncs (journal_ts, 1);
+  g_assert_cmpint (rb_flush (f.rb), ==, -1);
+
+  j = (struct job) { .f = &f, .tag = "flush", .op = J_FLUSH };
+  job_start (&j);
+  TS_WAIT (rb_atomic_load (&j.done),
+           "a FLUSH after a failed commit to return");
+  job_join (&j);
+  if (j.r != 0)
+    g_error ("journal: a FLUSH after a failed commit failed: %s",
+             rb_get_error ());
+
+  fx_check_ram (&f, "a failed commit");
+  g_assert_cmpint (rb_close (f.rb), ==, 0);
+  ts_assert_durable (f.ts, f.model, "a failed commit, then a clean stop");
+  ts_free (f.ts);
+  ts_free (journal_ts);
+  journal_ts = NULL;
+  g_free (f.model);
+  g_rand_free (f.r);
+  unlink (journal_path);
+  g_free (journal_path);
+}
+
 /* --- a zero run collected, then written over ------------------------ */
 
 /* fsync=wait.  Chunk X is zeroed whole (ZERO), and the flusher collects
@@ -1773,6 +1854,8 @@ main (int argc, char *argv[])
                    test_journal_sync_answered);
   g_test_add_func ("/interleave/journal-sync-in-place",
                    test_journal_sync_in_place);
+  g_test_add_func ("/interleave/journal-failed-commit",
+                   test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);

@@ -38,6 +38,9 @@ test_packages=(
     # Debian packages: build, lint, install and test them
     # (scripts/check-packages.sh); dkms is what ramback-dkms depends on
     dpkg-dev debhelper dh-dkms dkms lintian man-db systemd
+    # the RBD backing store (optional in the build, always in CI) and a
+    # single-node Ceph cluster for its tests (tests/rbd/ceph-cluster.sh)
+    librbd-dev ceph-mon ceph-mgr ceph-osd ceph-common
     # the booted guest: a Debian 12 root with systemd, built from the
     # archive (qemu-guest/sysroot-build.sh)
     mmdebstrap

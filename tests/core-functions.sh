@@ -69,3 +69,27 @@ start_backing () {
     eval "${name}_uri=nbd+unix:///?socket=\$sock"
     cleanup_fn kill_if_running "$SERVE_PID"
 }
+
+# crash_ramdir: where the crash tests keep ram= (a tmpfs, so that its
+# pages survive the kill -9 of nbdkit as a file): /dev/shm, else a small
+# tmpfs of our own.  Sets ramdir; exits 77 (skip) if there is neither.
+crash_ramdir () {
+    ramdir=/dev/shm
+    [ "$(stat -f -c %T "$ramdir" 2>/dev/null)" = tmpfs ] && return 0
+    ramdir="$TMP/shm"
+    mkdir "$ramdir"
+    mount -t tmpfs -o size=64m tmpfs "$ramdir" 2>/dev/null ||
+        { echo "$0: SKIP: no tmpfs for ram= (/dev/shm is not one, and mount failed)"; exit 77; }
+    cleanup_fn umount "$ramdir"
+}
+
+# crash_resume CHUNK [VAR=VALUE...]: one run of crash-resume.py (kill -9
+# cycles, restarts on the same ram=) with chunk size CHUNK, for
+# CRASH_SECONDS (default 40); VAR=VALUE add to its environment.
+crash_resume () {
+    local chunk=$1; shift
+    env PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
+        TMP="$TMP" RAMDIR="$ramdir" CHUNK="$chunk" \
+        SECONDS_BUDGET="${CRASH_SECONDS:-40}" "$@" \
+        /usr/bin/python3 "$top_srcdir/tests/crash-resume.py"
+}

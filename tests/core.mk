@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
-# tests of the core plugin
+# tests of the core plugin; the two longest first, so that make -j
+# starts them first
 core_tests = \
+	test-crash-resume.sh \
+	test-crash-resume-nbd.sh \
 	test-model.sh \
 	test-populate.sh \
 	test-mode-toggle.sh \
@@ -18,7 +21,6 @@ core_tests = \
 	test-ram-tmpfs-full.sh \
 	test-ram-hugetlbfs.sh \
 	test-lock.sh \
-	test-crash-resume.sh \
 	test-resume-mismatch.sh \
 	test-resume-format3.sh \
 	$(NULL)

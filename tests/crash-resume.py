@@ -38,7 +38,7 @@ dead ramback lands after the new one started.
 
 Environment: PLUGIN, NBDKIT, NBDKIT_PRELOAD (sanitizer runtime), TMP,
 RAMDIR (a tmpfs), CHUNK, SIZE, SECONDS_BUDGET (time budget) or CYCLES,
-SEED, FAULTDISK.
+SEED, FAULTDISK, RBD_IMAGE (with CEPH_CONF).
 """
 
 import os
@@ -64,6 +64,9 @@ SECONDS = float (os.environ.get ("SECONDS_BUDGET", "45"))
 CYCLES = int (os.environ.get ("CYCLES", "0"))
 MAXLEN = 256 * M.KiB
 FAULTDISK = os.environ.get ("FAULTDISK", "")
+# RBD_IMAGE=POOL/IMAGE: the backing store is that Ceph RBD image (made
+# here from the initial backing file) of the cluster of $CEPH_CONF.
+RBD_IMAGE = os.environ.get ("RBD_IMAGE", "")
 
 
 def nbdkit_env ():
@@ -205,6 +208,8 @@ class Server:
         args = [NBDKIT, "-f", "-v", "-U", self.sock, "-P", self.pidf, PLUGIN,
                 "back=" + back, "ram=" + ram, "chunk=%d" % CHUNK,
                 "control=" + self.ctl] + extra
+        if back.startswith ("rbd:"):
+            args.append ("rbd-conf=" + os.environ["CEPH_CONF"])
         self.args = extra
         self.p = subprocess.Popen (args, stdout=open (self.log, "w"),
                                    stderr=subprocess.STDOUT, env=env)
@@ -451,6 +456,13 @@ def main ():
                         % (os.getpid (), CHUNK))
     model = M.make_sparse_image (back, SIZE, rng, 12, maxlen=512 * M.KiB)
     fd = FaultDisk (back) if FAULTDISK else None
+    if RBD_IMAGE:
+        conf = os.environ["CEPH_CONF"]
+        subprocess.run (["rbd", "-c", conf, "rm", "--no-progress", RBD_IMAGE],
+                        stderr=subprocess.DEVNULL)
+        subprocess.run (["rbd", "-c", conf, "import", "--no-progress", back,
+                         RBD_IMAGE], check=True)
+        back = "rbd:" + RBD_IMAGE
     try:
         run (rng, back, ram, model, fd)
     finally:

@@ -67,6 +67,13 @@ serve_bg () {
         fi
         if (( ${EPOCHREALTIME/./} > end )); then
             echo "$1 did not create $sock in $secs s:" >&2; tail -30 "$log" >&2
+            # Where its threads wait: state, kernel wait channel, syscall.
+            local t
+            for t in /proc/"$SERVE_JOB"/task/*; do
+                echo "  thread ${t##*/}: $(awk '{print $3}' "$t/stat" 2>/dev/null)" \
+                     "wchan=$(cat "$t/wchan" 2>/dev/null)" \
+                     "syscall=$(cut -d' ' -f1 "$t/syscall" 2>/dev/null)" >&2
+            done
             return 1
         fi
         sleep "$poll"

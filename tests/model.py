@@ -16,7 +16,9 @@ import errno
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -134,8 +136,16 @@ class Model:
             off += n
 
     def check_file (self, path, what=None):
-        """Compare the backing file itself, byte for byte."""
+        """Compare the backing file itself, byte for byte; an
+        rbd:POOL/IMAGE is exported first (the cluster of $CEPH_CONF)."""
         what = what or ("backing file %s" % path)
+        if path.startswith ("rbd:"):
+            with tempfile.TemporaryDirectory () as d:
+                f = os.path.join (d, "export.img")
+                subprocess.run (["rbd", "-c", os.environ["CEPH_CONF"],
+                                 "export", "--no-progress", path[4:], f],
+                                check=True, stdout=subprocess.DEVNULL)
+                return self.check_file (f, what)
         st = os.stat (path)
         if st.st_size != self.size:
             fail ("%s: size %d, expected %d" % (what, st.st_size, self.size))

@@ -42,14 +42,25 @@ class ControlError (Exception):
 class Control:
     """One connection to the control socket; requests are serialized."""
 
+    # The server disconnects a client that sends no request for 30 s
+    # after its last reply (ramback-control(5)); a test that holds one
+    # connection across a long step connects again before its next
+    # request instead, well before that.
+    IDLE_RECONNECT_S = 20
+
     def __init__ (self, path, timeout=120):
         self.path = path
+        self.timeout = timeout
+        self._connect ()
+
+    def _connect (self):
         self.sock = socket.socket (socket.AF_UNIX, socket.SOCK_STREAM)
         # A blocking connect waits while the listen backlog is full; with
         # a timeout set, AF_UNIX fails at once with EAGAIN instead.
-        self.sock.connect (path)
-        self.sock.settimeout (timeout)
+        self.sock.connect (self.path)
+        self.sock.settimeout (self.timeout)
         self.f = self.sock.makefile ("rb")
+        self.last = time.monotonic ()
 
     def close (self):
         self.f.close ()
@@ -60,6 +71,9 @@ class Control:
         (final line, data lines).  final is "" if the server closed."""
         if isinstance (line, str):
             line = line.encode ()
+        if time.monotonic () - self.last > self.IDLE_RECONNECT_S:
+            self.close ()
+            self._connect ()
         self.sock.sendall (line + b"\n")
         data = []
         while True:
@@ -68,6 +82,7 @@ class Control:
                 return "", data
             l = l.decode (errors="replace").rstrip ("\r\n")
             if l == "OK" or l.startswith ("ERR "):
+                self.last = time.monotonic ()
                 return l, data
             data.append (l)
 

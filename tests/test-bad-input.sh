@@ -206,7 +206,10 @@ fi
 echo "$ncases bad parameter sets rejected, backing file unchanged"
 
 if [ "$big" = "$TMP/huge.img" ]; then bigsize=2T; else bigsize=64T; fi
-start_rb huge -- back="$big" size=$bigsize overcommit=true chunk=1M
+# It starts in a second alone, but twice took over 60 s on a machine
+# loaded with other suites: give it longer (the harness then shows
+# where its threads wait).
+SERVE_TIMEOUT=180 start_rb huge -- back="$big" size=$bigsize overcommit=true chunk=1M
 py - "$huge_uri" "$huge_ctl" <<'EOF'
 import sys
 import model as M

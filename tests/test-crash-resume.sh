@@ -7,37 +7,17 @@
 # a request in flight at the kill reads back old or new, and after the
 # final clean stop the backing file equals the model.  Chunk sizes 4K
 # and 64K, a device size that is not a multiple of either.
-# crash-resume.py is the driver; the model is tests/model.py.
+# crash-resume.py is the driver; the model is tests/model.py.  This is
+# the file backing store; test-crash-resume-nbd.sh is the same through
+# an NBD one.
 #
 # CRASH_SECONDS (default 40) is the time spent per chunk size; set it
 # higher for a long run.  SEED replays one.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
-
-ramdir=/dev/shm
-if [ "$(stat -f -c %T "$ramdir" 2>/dev/null)" != tmpfs ]; then
-    ramdir="$TMP/shm"
-    mkdir "$ramdir"
-    mount -t tmpfs -o size=64m tmpfs "$ramdir" 2>/dev/null ||
-        { echo "$0: SKIP: no tmpfs for ram= (/dev/shm is not one, and mount failed)"; exit 77; }
-    cleanup_fn umount "$ramdir"
-fi
+crash_ramdir
 
 for chunk in 4096 65536; do
-    PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
-        TMP="$TMP" RAMDIR="$ramdir" CHUNK=$chunk \
-        SECONDS_BUDGET="${CRASH_SECONDS:-40}" \
-        py "$top_srcdir/tests/crash-resume.py"
-done
-
-# The same through an NBD backing store, the faultdisk test plugin,
-# which holds a sync or a write back write of ours on command: most
-# kills then land exactly while one is in flight.
-for chunk in 4096 65536; do
-    PLUGIN="$PLUGIN" NBDKIT="$NBDKIT" NBDKIT_PRELOAD="$SANITIZER_PRELOAD" \
-        TMP="$TMP" RAMDIR="$ramdir" CHUNK=$chunk \
-        FAULTDISK="$top_builddir/tests/.libs/nbdkit-faultdisk-plugin.so" \
-        SECONDS_BUDGET="${CRASH_SECONDS:-40}" \
-        py "$top_srcdir/tests/crash-resume.py"
+    crash_resume $chunk
 done

@@ -55,7 +55,10 @@ soft = []     # failures that need not stop the rest of the checks
 def body ():
     rng = random.Random ("fail-" + part)
     ctl = M.Control (ctlpath)
-    ctl ("wait-populated 30000")
+    # Populate through part B's shell plugin forks a shell per read: on
+    # a loaded machine that took over 30 s.  The bound only catches a
+    # hang.
+    ctl ("wait-populated 300000")
     m = M.Model.from_file (modelf)
     h = M.connect (uri)
     m.check_nbd (h, "device after populate")

@@ -9,6 +9,7 @@
 #  1. For delay and rate below ramback: 4 MiB written and held dirty
 #     (flush-delay=60), SIGTERM: nbdkit writes everything back before it
 #     begins to shut down, exits 0, and the file holds the data.
+#  1b. flush-rate= is lifted for that drain, as the man page says.
 #  2. rate below ramback at a rate that would take minutes, ram= kept:
 #     SIGTERM, then a second SIGTERM ("stop now"): nbdkit exits within
 #     seconds, says loudly that data was not written back, and keeps the
@@ -44,6 +45,22 @@ wait_exit () {
     return 1
 }
 
+# stop_holds_data NAME SECS WHAT TIMEOUT-MSG: SIGTERM the ramback NAME
+# (started by start_rb); it must exit 0 within SECS and leave $img
+# holding the data.
+stop_holds_data () {
+    local pid=${1}_pid log=${1}_log job=${1}_job rc=0
+    kill -TERM "${!pid}"
+    if ! wait_exit "${!pid}" "$2"; then
+        tail -5 "${!log}" >&2
+        fail "$3: $4"
+    fi
+    wait "${!job}" || rc=$?
+    [ "$rc" = 0 ] || { tail -20 "${!log}" >&2; fail "$3: exit status $rc"; }
+    cmp -n $(( 4 * 1024 * 1024 )) "$img" "$TMP/data" ||
+        fail "$3: the file does not hold the data"
+}
+
 for below in "delay delay-write=20ms" "rate rate=64M"; do
     name=${below%% *}
     img="$TMP/$name.img"
@@ -54,19 +71,23 @@ for below in "delay delay-write=20ms" "rate rate=64M"; do
     write_data "$s_uri"
     [ "$(status_field "$s_ctl" dirty_chunks)" -gt 0 ] ||
         fail "$name: nothing dirty before the stop"
-    kill -TERM "$s_pid"
-    if ! wait_exit "$s_pid" 60; then
-        tail -5 "$s_log" >&2
-        fail "$name below ramback: no clean stop 60 s after SIGTERM"
-    fi
-    rc=0; wait "$s_job" || rc=$?
-    [ "$rc" = 0 ] || { tail -20 "$s_log" >&2; fail "$name: exit status $rc"; }
-    cmp -n $(( 4 * 1024 * 1024 )) "$img" "$TMP/data" ||
-        fail "$name below ramback: the file does not hold the data"
+    stop_holds_data s 60 "$name below ramback" \
+        "no clean stop 60 s after SIGTERM"
     grep -q "safe to power off" "$s_log" ||
         fail "$name: no 'safe to power off' line"
     echo "ok: $name below ramback: written back before nbdkit shut down"
 done
+
+# 1b. flush-rate= is lifted for the drain of a clean stop, as in the
+# plugin form: 4 MiB at 64 KiB/s would take over a minute.
+img="$TMP/capped.img"
+truncate -s "$size" "$img"
+RB_PLUGIN=(file "$img")
+start_rb c flush-delay=60 flush-rate=64K
+write_data "$c_uri"
+stop_holds_data c 30 "flush-rate=64K" \
+    "the stop drained at the cap (not done 30 s after SIGTERM)"
+echo "ok: flush-rate= lifted for the drain of a clean stop"
 
 # 2. A second signal stops at once; ram= keeps what was not written.
 ramdir=/dev/shm

@@ -13,9 +13,17 @@
 #   c) chunk=64K, ram-size= an eighth of the device (chunks are evicted
 #      and loaded again all the time), the sparse backing file, writeback
 #      then writethrough as b.
+#
+# RBD_MODEL=1 (tests/rbd/test-rbd-model.sh): the backing store of each is
+# an RBD image made from that backing file, on the cluster of $CEPH_CONF
+# (or one started for the test).
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
+if [ -n "${RBD_MODEL:-}" ]; then
+    source "$top_srcdir/tests/rbd/rbd-functions.sh"
+    rbd_cluster
+fi
 
 size=$(( 37 * 1024 * 1024 + 12345 ))
 seed=${SEED:-20260312}
@@ -38,6 +46,12 @@ model.make_sparse_image (sys.argv[1], int (sys.argv[2]), rng, 40).save (sys.argv
         py -c 'import sys; open (sys.argv[1], "wb").truncate (int (sys.argv[2]))' \
            "$modelf" "$size"
         args+=(size="$size")
+    fi
+    if [ -n "${RBD_MODEL:-}" ]; then
+        [ -f "$back" ] || truncate -s "$size" "$back"
+        rbd_image "model-$name" "$back"
+        back=rbd:rbd/model-$name
+        args=(back="$back" rbd-conf="$CEPH_CONF" chunk="$chunk" "${@:4}")
     fi
 
     start_rb rb -- "${args[@]}"

@@ -336,8 +336,11 @@ rb_set_mode (struct rb *rb, enum rb_mode mode)
   rb_info ("mode: %s", mode == RB_MODE_WRITEBACK ? "writeback" : "writethrough");
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    /* Populate pauses in writethrough mode and resumes after it. */
+    /* Populate pauses in writethrough mode and resumes after it; a
+     * wait-populated in progress learns that it paused.
+     */
     rb_cond_broadcast (&rb->populator_cond);
+    rb_cond_broadcast (&rb->populated_cond);
   }
   rbi_flusher_hurry (rb);
   return 0;

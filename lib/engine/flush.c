@@ -84,6 +84,25 @@
 #define SUSPECT_POLL_NS (100 * UINT64_C (1000000))
 
 /* Wait up to ns on the flusher's condition; returns early on stop. */
+/* flush-rate= holds, unless a clean stop's final drain has begun. */
+static bool
+rate_capped (struct rb *rb)
+{
+  return rb->flush_rate.bps && !rb_atomic_load (&rb->stopping) &&
+    !rb_atomic_load (&rb->stop_drain);
+}
+
+/* The wait flush-rate= asks for; ends early when the cap is lifted. */
+static void
+rate_sleep (struct rb *rb, uint64_t ns)
+{
+  uint64_t deadline = rb_now_ns () + ns;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  while (rate_capped (rb) && rb_now_ns () < deadline)
+    rb_cond_wait_until (&rb->flusher_cond, &rb->lock, deadline);
+}
+
 static void
 flusher_sleep (struct rb *rb, uint64_t ns)
 {
@@ -103,8 +122,7 @@ batch_bytes (struct rb *rb)
 {
   uint64_t b = BATCH_BYTES;
 
-  if (rb->flush_rate.bps && !rb_atomic_load (&rb->stopping) &&
-      rb->flush_rate.bps / 10 < b)
+  if (rate_capped (rb) && rb->flush_rate.bps / 10 < b)
     b = RB_MAX (rb->flush_rate.bps / 10, (uint64_t) rb->chunk_size);
   return b;
 }
@@ -519,8 +537,8 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
                                     data_bytes (rb, runs, k), now);
 
     /* The cap is lifted for the final drain of a clean stop. */
-    if (wait && !rb_atomic_load (&rb->stopping))
-      flusher_sleep (rb, wait);
+    if (wait && rate_capped (rb))
+      rate_sleep (rb, wait);
     t0 = rb_now_ns ();
     fs->rewind = UINT64_MAX;
     if (store_batch (rb, fs, k, &bytes) == -1) {
@@ -547,7 +565,7 @@ sweep (struct rb *rb, struct rb_flusher_state *fs, struct sweep_stats *ss)
      * count it as faster.
      */
     elapsed = rb_now_ns () - t0;
-    if (rb->flush_rate.bps)
+    if (rate_capped (rb))
       elapsed = RB_MAX (elapsed, rbi_rate_ns (bytes, rb->flush_rate.bps));
     ss->bytes += bytes;
     ss->busy_ns += elapsed;
@@ -563,14 +581,14 @@ static bool
 have_work_locked (struct rb *rb, uint64_t target)
 {
   return chunkmap_dirty (&rb->map) > 0 || rb->sync_requested > target ||
-    rb->unsynced.len > 0;
+    rb->unsynced.len > 0 || rb->sync_owed;
 }
 
 static bool
 sync_needed (struct rb *rb, uint64_t target)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  return rb->unsynced.len > 0 || target > rb->sync_done;
+  return rb->unsynced.len > 0 || target > rb->sync_done || rb->sync_owed;
 }
 
 /* Woken from idle by new dirty data: give a burst of writes a moment
@@ -815,6 +833,15 @@ rbi_flusher_start (struct rb *rb)
 {
   if (rb->jops)                 /* journal=: transactions (txn.c) */
     return rb->jops->start (rb);
+  {
+    /* The first pass syncs the store: what a process that crashed
+     * wrote without a sync may still be only in the store's cache (a
+     * file's page cache, an NBD server's), and a sync answered later
+     * promises it too.
+     */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->sync_owed = !rb->store->read_only;
+  }
   if (rb_thread_create (&rb->flusher, flusher_thread, rb) == -1) {
     rb_set_error (errno, "cannot start the flusher thread");
     return -1;
@@ -862,6 +889,18 @@ rbi_flusher_kick (struct rb *rb)
   if (rb_atomic_load (&rb->flusher_idle)) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_signal (&rb->flusher_cond);
+  }
+}
+
+void
+rb_begin_stop_drain (struct rb *rb)
+{
+  if (rb_atomic_load (&rb->stop_drain))
+    return;
+  rb_atomic_store (&rb->stop_drain, true);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_broadcast (&rb->flusher_cond);      /* out of rate_sleep */
   }
 }
 
@@ -966,6 +1005,10 @@ rbi_sync_store (struct rb *rb, uint64_t gen)
     memset (&rb->unsynced, 0, sizeof rb->unsynced);
   }
   if (rb->store->ops->flush (rb->store) == 0) {
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      rb->sync_owed = false;
+    }
     rb_atomic_add (&rb->syncs, 1);
     rbi_nb_retire (rb, &snap);
     retire (rb, &snap);

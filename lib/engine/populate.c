@@ -605,6 +605,14 @@ rb_wait_populated (struct rb *rb, int timeout_ms)
                     "only loaded on demand");
       return -1;
     }
+    if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH) {
+      rb_set_error (EAGAIN, "wait-populated: populate is paused in "
+                    "writethrough mode, with %" PRIu64 " of %" PRIu64
+                    " chunks loaded (it resumes in writeback mode: "
+                    "ramback mode writeback)",
+                    chunkmap_loaded (&rb->map), rb->nchunks);
+      return -1;
+    }
     if (!rb_cond_wait_until (&rb->populated_cond, &rb->lock, deadline)) {
       rb_set_error (ETIMEDOUT, "wait-populated: %" PRIu64 " of %" PRIu64
                     " chunks loaded after %d ms",

@@ -943,7 +943,7 @@ rbj_check_not_back (const char *uri, const char *back_uri,
 {
   struct stat st;
 
-  if (rb_store_is_nbd_uri (uri)) {
+  if (rb_store_is_remote_uri (uri)) {
     if (back_uri && strcmp (uri, back_uri) == 0)
       goto same;
     return 0;

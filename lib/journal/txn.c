@@ -58,6 +58,17 @@
  * anyway), and a commit wakes the applier only when it has something
  * to do (an empty queue filled, a quarter of the journal used).
  *
+ * A failed append (a write or the sync of the journal failed) keeps
+ * its transaction: capture is finished first, so the buffer holds the
+ * device as of the commit point, and the next commit appends it again
+ * as it is, at the same place with the same sequence number, before it
+ * makes a new commit point (retry); the FLUSHes it answers fail.  Its
+ * chunks stay in flight and its bytes in jused, so the bounds below
+ * keep holding.  (Putting them back to dirty instead turned its ZERO
+ * chunks, an extent each in the journal, into a chunk of data each:
+ * dirty data that no longer fitted in the journal, which the committer
+ * then waited for room for forever.)
+ *
  * The buffer is page aligned (rbj_alloc), and so is each run's data in
  * it when chunks are, so the journal append and the in-place writes can
  * go to a file store with O_DIRECT (store-file.c), without a copy
@@ -128,6 +139,7 @@
  *              gate held shared, before they move their chunks.
  *   queue, commit_now, committing, applied_target, apply_failed
  *              [rb->lock]
+ *   retry      [committing] only the thread that set 'committing'
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
  *   reserved, jused, counters  [atomic]
@@ -206,6 +218,8 @@ struct rb_txns {
   uint8_t *spare;               /* [spare_lock] a large buffer to reuse */
   uint64_t spare_cap;           /* [spare_lock] */
   struct txn *capturing;        /* [cap_lock] */
+  struct txn *retry;            /* [committing] its append failed:
+                                   appended first, as it is */
 
   struct txn *q_head, **q_tail; /* [rb->lock] committed, to apply */
   bool commit_now;              /* [rb->lock] */
@@ -379,7 +393,7 @@ rbi_txn_open (struct rb *rb)
     return -1;
   }
 
-  if (!rb_store_is_nbd_uri (rb->cfg.journal)) {
+  if (!rb_store_is_remote_uri (rb->cfg.journal)) {
     struct stat st;
     if (stat (rb->cfg.journal, &st) == -1 && errno == ENOENT) {
       rb_set_error (ENOENT, "journal=%s does not exist: create it first, "
@@ -397,7 +411,7 @@ rbi_txn_open (struct rb *rb)
   t->jstore = rb_store_open (&sp);
   if (t->jstore == NULL) {
     /* A file's messages name journal= already (sp.param). */
-    if (rb_store_is_nbd_uri (rb->cfg.journal))
+    if (rb_store_is_remote_uri (rb->cfg.journal))
       rb_set_error (rb_get_errno (), "journal=%s: %s", rb->cfg.journal,
                     rb_get_error ());
     return -1;
@@ -458,8 +472,10 @@ rbi_txn_close (struct rb *rb, bool clean)
 
   if (t == NULL)
     return;
-  if (t->j && rbj_close (t->j, clean && t->q_head == NULL) == -1)
+  if (t->j && rbj_close (t->j, clean && t->q_head == NULL &&
+                         t->retry == NULL) == -1)
     rb_warn ("%s", rb_get_error ());
+  txn_free (t, t->retry);
   for (x = t->q_head; x; x = next) {
     next = x->next;
     txn_free (rb->txns, x);
@@ -888,36 +904,174 @@ capture_rest (struct rb *rb, struct txn *x, size_t from)
   rb->txns->capturing = NULL;
 }
 
-/* Put a transaction that could not be committed back to dirty: the
- * next commit point takes the chunks again, with their content then.
+/* Append x to the journal: a small transaction (an fsync-heavy
+ * load's, up to RBJ_WHOLE_MAX of data) is captured first and written
+ * in one request with its commit block; a large one streams, each run
+ * copied from RAM, then written, while the writers go on (copy on
+ * write for the runs not reached yet); then the journal's sync.
+ * Returns 0, or -1 with errno: x is then captured whole (no chunk of
+ * it pending any more, its buffer holds the device as of its commit
+ * point) and is appended again as it is (t->retry).
+ */
+static int
+append (struct rb *rb, struct txn *x)
+{
+  struct rb_txns *t = rb->txns;
+  CLEANUP_FREE struct rbj_extent *ext = NULL;
+  uint64_t jlen = x->jlen, pos;
+  size_t i;
+  int err;
+
+  ext = malloc (x->nruns * sizeof *ext);
+  if (ext == NULL) {
+    capture_rest (rb, x, 0);
+    rb_set_error (ENOMEM, "journal: out of memory");
+    errno = ENOMEM;
+    return -1;
+  }
+  for (i = 0; i < x->nruns; i++) {
+    struct txn_run *r = &x->runs[i];
+    ext[i] = (struct rbj_extent) {
+      .offset = r->off,
+      .length = r->len,
+      .kind = r->kind == CS_DIRTY ? RBJ_DATA : RBJ_ZERO,
+      .data = r->kind == CS_DIRTY ? x->buf + r->buf_off : NULL,
+    };
+  }
+  x->seq = rbj_next_seq (t->j);
+  if (rbj_begin (t->j, x->nruns, x->data_bytes, &pos) == -1) {
+    i = 0;
+    goto failed;
+  }
+  if (x->data_bytes <= RBJ_WHOLE_MAX) {
+    capture_rest (rb, x, 0);
+    if (rbj_commit_whole (t->j, ext, x->nruns, &x->jstart,
+                          &x->jlen) == -1) {
+      i = x->nruns;
+      goto failed;
+    }
+  }
+  else {
+    for (i = 0; i < x->nruns; i++) {
+      if (x->runs[i].kind != CS_DIRTY)
+        continue;
+      capture_run (rb, x, i);
+      if (rbj_write (t->j, pos, ext[i].data, ext[i].length) == -1) {
+        i++;
+        goto failed;
+      }
+      pos += ext[i].length;
+    }
+    capture_rest (rb, x, x->nruns);
+    if (rbj_commit (t->j, ext, x->nruns, &x->jstart, &x->jlen) == -1) {
+      i = x->nruns;
+      goto failed;
+    }
+  }
+  /* What the journal actually took (never more than reserved). */
+  rb_atomic_sub (&t->jused, jlen - x->jlen);
+  return 0;
+
+ failed:
+  err = errno;
+  capture_rest (rb, x, i);
+  x->jlen = jlen;
+  errno = err;
+  return -1;
+}
+
+/* x is committed: count it, retire its chunks' NB bits, and queue it
+ * for the applier.
  */
 static void
-uncommit (struct rb *rb, struct txn *x)
+committed (struct rb *rb, struct txn *x)
 {
+  struct rb_txns *t = rb->txns;
   size_t i;
 
-  for (i = 0; i < x->nruns; i++)
-    rbi_redirty (rb, x->runs[i].off, x->runs[i].len);
-  rb_atomic_sub (&rb->inflight_chunks, x->chunks);
-  rb_atomic_sub (&rb->txns->jused, x->jlen);
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  if (rb->txns->dirty_since == 0)
-    rb_atomic_store (&rb->txns->dirty_since, rb_now_ns ());
-  rb_cond_broadcast (&rb->space_cond);
+  rb_atomic_add (&t->commits, 1);
+  rb_atomic_add (&t->data_bytes, x->data_bytes);
+  rb_atomic_store (&t->last_commit_ns, rb_now_ns ());
+  rb_atomic_store (&t->last_commit_wall, wall_ns ());
+
+  /* Committed: the journal replays it after a crash, so a resumed RAM
+   * image need not rewrite its chunks (nothing newer was taken since).
+   */
+  if (rb->nb) {
+    struct rb_extents ex = { 0 };
+    ex.v = malloc (x->ncruns * sizeof *ex.v);
+    if (ex.v) {
+      for (i = 0; i < x->ncruns; i++)
+        ex.v[i] = (struct rb_extent) {
+          rbi_chunk_offset (rb, x->cruns[i].first),
+          rbi_chunks_bytes (rb, x->cruns[i].first, x->cruns[i].n)
+        };
+      ex.len = x->ncruns;
+      rbi_nb_retire (rb, &ex);
+      free (ex.v);
+    }
+  }
+  if (rbi_tracing (rb))
+    rb_log ("journal: committed transaction %" PRIu64 ": %zu runs, %"
+            PRIu64 " bytes of data", x->seq, x->nruns, x->data_bytes);
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    bool was_empty = t->q_head == NULL;
+
+    if (was_empty)
+      t->queued_since = rb_now_ns ();
+    *t->q_tail = x;
+    t->q_tail = &x->next;
+    /* Wake the applier only for what it waits on (applier_main): a
+     * queue that was empty, or a quarter of the journal used; not for
+     * every commit while it lets them pile up.
+     */
+    if (was_empty || rb_atomic_load (&t->jused) >= t->capacity / 4)
+      rb_cond_signal (&t->applier_cond);
+  }
+}
+
+/* The append of x failed: it is kept, whole, for the next commit to
+ * append first (t->retry).  The committer retries it at the end of the
+ * interval, or a FLUSH does.
+ */
+static int
+append_failed (struct rb *rb, struct txn *x)
+{
+  struct rb_txns *t = rb->txns;
+  int err = errno ? errno : EIO;
+
+  t->retry = x;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    if (t->dirty_since == 0)
+      rb_atomic_store (&t->dirty_since, rb_now_ns ());
+  }
+  rbi_record_error (rb, err, rb_get_error ());
+  errno = err;
+  return -1;
 }
 
 /* A commit point, capture, append.  Returns 0 (committed, or nothing
  * to commit), 1 (no room in the journal yet: wait for the applier), or
- * -1 with errno.
+ * -1 with errno.  A transaction whose append failed earlier is appended
+ * first, as it is: its commit point comes before the new one.
  */
 static int
 commit_one (struct rb *rb, uint64_t target)
 {
   struct rb_txns *t = rb->txns;
   struct txn *x;
-  struct rbj_extent *ext;
   uint64_t free_bytes;
-  size_t i;
+
+  if (t->retry) {
+    x = t->retry;
+    t->retry = NULL;
+    if (append (rb, x) == -1)
+      return append_failed (rb, x);
+    committed (rb, x);
+  }
 
   x = calloc (1, sizeof *x);
   if (x == NULL)
@@ -986,122 +1140,9 @@ commit_one (struct rb *rb, uint64_t target)
   }
   rb_rwlock_unlock (&t->gate);
 
-  ext = malloc (x->nruns * sizeof *ext);
-  if (ext == NULL) {
-    capture_rest (rb, x, 0);
-    uncommit (rb, x);
-    txn_free (rb->txns, x);
-    rb_set_error (ENOMEM, "journal: out of memory");
-    return -1;
-  }
-  for (i = 0; i < x->nruns; i++) {
-    struct txn_run *r = &x->runs[i];
-    ext[i] = (struct rbj_extent) {
-      .offset = r->off,
-      .length = r->len,
-      .kind = r->kind == CS_DIRTY ? RBJ_DATA : RBJ_ZERO,
-      .data = r->kind == CS_DIRTY ? x->buf + r->buf_off : NULL,
-    };
-  }
-  /* Capture streams into the journal: each run is copied, then
-   * written, while the writers go on (copy on write for the runs not
-   * reached yet).
-   */
-  {
-    uint64_t jlen = x->jlen, pos;
-    int err;
-
-    x->seq = rbj_next_seq (t->j);
-    if (rbj_begin (t->j, x->nruns, x->data_bytes, &pos) == -1) {
-      i = 0;
-      goto failed;
-    }
-    if (x->data_bytes <= RBJ_WHOLE_MAX) {
-      /* Small (an fsync-heavy load's): captured first, then one write
-       * and one sync.
-       */
-      capture_rest (rb, x, 0);
-      if (rbj_commit_whole (t->j, ext, x->nruns, &x->jstart,
-                            &x->jlen) == -1) {
-        i = x->nruns;
-        goto failed;
-      }
-      rb_atomic_sub (&t->jused, jlen - x->jlen);
-      goto committed;
-    }
-    for (i = 0; i < x->nruns; i++) {
-      if (x->runs[i].kind != CS_DIRTY)
-        continue;
-      capture_run (rb, x, i);
-      if (rbj_write (t->j, pos, ext[i].data, ext[i].length) == -1) {
-        i++;
-        goto failed;
-      }
-      pos += ext[i].length;
-    }
-    capture_rest (rb, x, x->nruns);
-    if (rbj_commit (t->j, ext, x->nruns, &x->jstart, &x->jlen) == -1) {
-      i = x->nruns;
-      goto failed;
-    }
-    /* What the journal actually took (never more than reserved). */
-    rb_atomic_sub (&t->jused, jlen - x->jlen);
-    goto committed;
-
-  failed:
-    err = errno;
-    capture_rest (rb, x, i);
-    free (ext);
-    x->jlen = jlen;
-    uncommit (rb, x);
-    txn_free (rb->txns, x);
-    rbi_record_error (rb, err, rb_get_error ());
-    errno = err;
-    return -1;
-  }
- committed:
-  free (ext);
-  rb_atomic_add (&t->commits, 1);
-  rb_atomic_add (&t->data_bytes, x->data_bytes);
-  rb_atomic_store (&t->last_commit_ns, rb_now_ns ());
-  rb_atomic_store (&t->last_commit_wall, wall_ns ());
-
-  /* Committed: the journal replays it after a crash, so a resumed RAM
-   * image need not rewrite its chunks (nothing newer was taken since).
-   */
-  if (rb->nb) {
-    struct rb_extents ex = { 0 };
-    ex.v = malloc (x->ncruns * sizeof *ex.v);
-    if (ex.v) {
-      for (i = 0; i < x->ncruns; i++)
-        ex.v[i] = (struct rb_extent) {
-          rbi_chunk_offset (rb, x->cruns[i].first),
-          rbi_chunks_bytes (rb, x->cruns[i].first, x->cruns[i].n)
-        };
-      ex.len = x->ncruns;
-      rbi_nb_retire (rb, &ex);
-      free (ex.v);
-    }
-  }
-  if (rbi_tracing (rb))
-    rb_log ("journal: committed transaction %" PRIu64 ": %zu runs, %"
-            PRIu64 " bytes of data", x->seq, x->nruns, x->data_bytes);
-
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-    bool was_empty = t->q_head == NULL;
-
-    if (was_empty)
-      t->queued_since = rb_now_ns ();
-    *t->q_tail = x;
-    t->q_tail = &x->next;
-    /* Wake the applier only for what it waits on (applier_main): a
-     * queue that was empty, or a quarter of the journal used; not for
-     * every commit while it lets them pile up.
-     */
-    if (was_empty || rb_atomic_load (&t->jused) >= t->capacity / 4)
-      rb_cond_signal (&t->applier_cond);
-  }
+  if (append (rb, x) == -1)
+    return append_failed (rb, x);
+  committed (rb, x);
   return 0;
 
  nomem:

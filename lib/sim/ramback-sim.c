@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 
 #include "control.h"
+#include "internal.h"
 #include "ramback.h"
 #include "sim.h"
 
@@ -178,6 +179,7 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
 /* ---- the engine ---- */
 
 static struct rb *rb;
+static struct rb *idle_rb;      /* the engine, while it runs (idle_check) */
 static bool stop_clients;
 static rb_thread client_threads[SIM_MAX_CLIENTS];
 
@@ -223,11 +225,12 @@ open_engine (void)
     sim_fail ("rb_open failed: %s", rb_get_error ());
   if (rb_start (rb) == -1)
     sim_fail ("rb_start failed: %s", rb_get_error ());
+  idle_rb = rb;
 }
 
 /* Read the whole device and check it against what a restart may find. */
 static void
-check_recovered (const char *what)
+check_recovered (const char *what, bool crash)
 {
   uint8_t *buf = malloc (sim->cfg.size);
 
@@ -235,6 +238,8 @@ check_recovered (const char *what)
     sim_fail ("out of memory");
   if (rb_pread (rb, buf, sim->cfg.size, 0) == -1)
     sim_fail ("%s: reading the device failed: %s", what, rb_get_error ());
+  if (sim->cfg.journal && crash)
+    model_check_point_in_time (buf, what);
   model_check_recovered (buf, what);
   free (buf);
 }
@@ -269,6 +274,70 @@ check_stats (void)
               PRIu64, st.dirty_chunks, st.loaded_chunks, st.inflight_chunks,
               st.chunks, st.dirty_bytes, st.inflight_bytes,
               st.unsynced_bytes, st.journal_used_bytes);
+}
+
+/* The chunk map at rest (sim_idle_hook: every fiber blocked, so none
+ * is between a map's compare-and-swap and the counter or hint that
+ * follows it): its counters equal what its states and bits say, and
+ * every word holding a DIRTY or ZERO chunk has its dirty hint at every
+ * level (else the flusher or the committer never finds it).  Plain
+ * reads: no scheduling point.
+ */
+
+static bool
+hint_set (const struct sumbits *sb, uint64_t i)
+{
+  unsigned l;
+
+  for (l = 0; l < sb->levels; l++, i /= 64)
+    if (!((sb->bits[l][i / 64] >> (i % 64)) & 1))
+      return false;
+  return true;
+}
+
+static void
+idle_check (void)
+{
+  const struct chunkmap *cm;
+  uint64_t c, w, dirty = 0, loaded = 0, sect = 0, part = 0, nw;
+
+  if (idle_rb == NULL)
+    return;
+  cm = &idle_rb->map;
+  for (c = 0; c < cm->nchunks; c++) {
+    unsigned st = (cm->words[c / 32] >> (c % 32 * 2)) & 3;
+
+    if (st == CS_DIRTY || st == CS_ZERO) {
+      dirty++;
+      if (!hint_set (&cm->dirty_hint, c / 32))
+        sim_fail ("at rest: chunk %" PRIu64 " is %s but its word has no "
+                  "dirty hint: nothing finds it", c,
+                  st == CS_DIRTY ? "DIRTY" : "ZERO");
+    }
+    if (st != CS_EMPTY)
+      loaded++;
+  }
+  if (cm->sect) {
+    nw = ((cm->nchunks << cm->sect_per_chunk_shift) + 63) / 64;
+    for (w = 0; w < nw; w++)
+      sect += __builtin_popcountll (cm->sect[w]);
+  }
+  if (cm->part)
+    for (w = 0; w < (cm->nchunks + 63) / 64; w++)
+      part += __builtin_popcountll (cm->part[w]);
+  if (dirty != cm->dirty || loaded != cm->loaded ||
+      (cm->sect && sect != cm->sect_set) ||
+      (cm->part && part != cm->npartial))
+    sim_fail ("at rest: the chunk map's counters disagree with its states: "
+              "dirty %" PRIu64 " (states say %" PRIu64 "), loaded %" PRIu64
+              " (%" PRIu64 "), sector bits %" PRIu64 " (%" PRIu64 "), "
+              "partial %" PRIu64 " (%" PRIu64 ")", cm->dirty, dirty,
+              cm->loaded, loaded, cm->sect_set, sect, cm->npartial, part);
+  if (idle_rb->inflight_chunks > (UINT64_C (1) << 62) ||
+      idle_rb->unsynced_bytes > (UINT64_C (1) << 62))
+    sim_fail ("at rest: a counter wrapped below zero: inflight_chunks %"
+              PRIu64 " unsynced_bytes %" PRIu64, idle_rb->inflight_chunks,
+              idle_rb->unsynced_bytes);
 }
 
 /* ---- clients ---- */
@@ -361,11 +430,14 @@ do_op (int c)
     sim_trace ("zero #%u = %d", id, r);
   }
   else if (op < 95) {
-    uint64_t b = model_flush_begin ();
+    struct model_flush b = model_flush_begin ();
 
     ts = sim->clock;
     r = rb_flush (rb);
     sim_trace ("flush = %d", r);
+    if (r != 0 && !sim->cfg.fsync_wait)
+      sim_fail ("FLUSH failed with fsync=ignore (it only asks for write "
+                "back and returns at once): %s", rb_get_error ());
     if (r == 0 && sim->cfg.fsync_wait) {
       model_flush_ok (b);
       /* Without a journal the store itself is what FLUSH made durable. */
@@ -459,13 +531,14 @@ clean_stop (const char *why)
   sim->stop_started_ns = rb_now_ns ();
   last_progress_ns = rb_now_ns ();
   ts = model_tick ();
+  idle_rb = NULL;
   r = rb_close (rb);
   rb = NULL;
   sim->stop_started_ns = 0;
   if (r == -1)
     sim_fail ("clean stop (%s) failed with no fault pending: %s", why,
               rb_get_error ());
-  model_flush_ok (sim->ack_seq);
+  model_flush_ok ((struct model_flush) { sim->ack_seq, ts });
   sim->clean_stops++;
   /* What the store holds for its next reader.  (Not its durable
    * image: a sync that failed in an earlier process, which then
@@ -483,7 +556,8 @@ clean_stop (const char *why)
 static void
 sync_store (void)
 {
-  uint64_t b = model_flush_begin (), ts = sim->clock;
+  struct model_flush b = model_flush_begin ();
+  uint64_t ts = sim->clock;
 
   if (!control ("sync"))
     return;
@@ -538,7 +612,7 @@ nemesis (void)
     else if (e < 520) {
       clean_stop ("nemesis");
       open_engine ();
-      check_recovered ("restart after a clean stop");
+      check_recovered ("restart after a clean stop", false);
       start_clients ();
     }
   }
@@ -559,6 +633,7 @@ lifetime (void)
   sim_hash_set (sim->hash);
   sim_fail_hook = fail_hook;
   sim_point_hook = point_hook;
+  sim_idle_hook = idle_check;
   rb_set_log (log_fn);
   last_progress_ns = rb_now_ns ();
   sim->end = END_NONE;
@@ -568,7 +643,7 @@ lifetime (void)
   sim->jdev.max_latency_ns = sim->back.max_latency_ns;
   open_engine ();
   if (sim->lifetime > 0)
-    check_recovered ("restart after a crash");
+    check_recovered ("restart after a crash", true);
   start_clients ();
   nemesis ();
   clean_stop ("end of the workload");

@@ -33,8 +33,10 @@
 
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "sim.h"
 
 uint64_t
@@ -179,24 +181,31 @@ model_end (int client, uint32_t id, bool ok, bool fua_durable)
   r->ack = ++sim->ack_seq;
   r->failed = !ok;
   r->fua_durable = ok && fua_durable;
+  if (r->fua_durable && r->start > sim->durable_clock)
+    sim->durable_clock = r->start;
   for (u = r->u0; u < r->u0 + r->nu; u++)
     hist_append (u, id);
   if (client >= 0)
     sim->inflight[client] = 0;
 }
 
-uint64_t
+struct model_flush
 model_flush_begin (void)
 {
-  model_tick ();
-  return sim->ack_seq;
+  struct model_flush b;
+
+  b.clock = model_tick ();
+  b.seq = sim->ack_seq;
+  return b;
 }
 
 void
-model_flush_ok (uint64_t begin)
+model_flush_ok (struct model_flush begin)
 {
-  if (begin > sim->durable_seq)
-    sim->durable_seq = begin;
+  if (begin.seq > sim->durable_seq)
+    sim->durable_seq = begin.seq;
+  if (begin.clock > sim->durable_clock)
+    sim->durable_clock = begin.clock;
 }
 
 static bool
@@ -412,6 +421,7 @@ model_check_recovered (const uint8_t *buf, const char *what)
     }
     id = new_rec (REC_ALIAS, u, 1);
     rec (id)->value = (uint32_t) v;
+    rec (id)->rebase = 1;
     rec (id)->start = rec (id)->end = t;
     rec (id)->ack = ++sim->ack_seq;
     hist_append (u, id);
@@ -444,5 +454,175 @@ model_check_durable (const uint8_t *img, uint32_t u, const char *what)
               PRId64 ", older than a write made durable; a power cut now "
               "would lose it; its writes, newest first:%s", what, u,
               (uint64_t) u * SIM_UNIT, v, why);
+  }
+}
+
+/* ---- journal: one point in time ---- */
+
+/* The times a unit's value v allows, as closed ranges [lo, hi] of x
+ * (T lies between logical ticks x and x+1): for each record c in its
+ * history that may be what it holds, T is after c began (x >= start)
+ * and before any write w over the unit that began after c ended has
+ * ended (x < w.end): such a w, answered before T, would be in the
+ * content at T.  A value the read of a unit settled counts from the
+ * write that put it there; what a restart found, from the restart.
+ * Returns the number of ranges, or -1 if the model cannot tell.
+ */
+struct pit_range { uint64_t lo, hi; };
+
+static int
+pit_ranges (uint32_t u, int64_t v, struct pit_range *out,
+            const uint32_t *orphans, uint32_t norphans)
+{
+  const struct sim_unit_hist *h = &sim->hist[u];
+  uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i, k;
+  int nr = 0;
+
+  /* A write whose process died, unordered from its start on. */
+  for (i = 0; i < norphans; i++)
+    if (rec (orphans[i])->value == v && covers (rec (orphans[i]), u)) {
+      out[nr++] = (struct pit_range) { rec (orphans[i])->start, UINT64_MAX };
+      break;
+    }
+  for (i = 0; i < n; i++) {
+    const struct sim_rec *c = rec (h->ids[(h->total - 1 - i) % SIM_HIST]);
+    uint64_t start = c->start, end = c->end, hi = UINT64_MAX;
+
+    if (c->value != v)
+      continue;
+    if (c->kind == REC_ALIAS && !c->rebase && v > 0)
+      start = rec ((uint32_t) v)->start;
+    for (k = 0; k < i; k++) {
+      const struct sim_rec *w = rec (h->ids[(h->total - 1 - k) % SIM_HIST]);
+      if (!w->failed && w->value != v && w->start > end && w->end &&
+          w->end - 1 < hi)
+        hi = w->end - 1;
+    }
+    if (start <= hi)
+      out[nr++] = (struct pit_range) { start, hi };
+  }
+  if (h->total > SIM_HIST) {
+    /* A write older than the history kept, acknowledged before its
+     * oldest entry: the entries that began after that one ended began
+     * after it too.
+     */
+    const struct sim_rec *o = rec (h->ids[h->total % SIM_HIST]);
+    uint64_t hi = UINT64_MAX;
+
+    for (k = 0; k < n; k++) {
+      const struct sim_rec *w = rec (h->ids[(h->total - 1 - k) % SIM_HIST]);
+      if (!w->failed && w->value != v && w->start > o->end && w->end &&
+          w->end - 1 < hi)
+        hi = w->end - 1;
+    }
+    out[nr++] = (struct pit_range) { 0, hi };
+  }
+  if (nr == 0 && v == 0)
+    return -1;                  /* an orphan's zeroes, further back */
+  return nr;
+}
+
+static int
+cmp_u64 (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+void
+model_check_point_in_time (const uint8_t *buf, const char *what)
+{
+  uint32_t nu = sim->nunits, u, nc = 0, j;
+  struct pit_range *r = malloc ((size_t) nu * (SIM_HIST + 2) *
+                                sizeof *r);
+  int *nr = malloc ((size_t) nu * sizeof *nr);
+  uint64_t *cand = malloc (((size_t) nu * (SIM_HIST + 2) + 1) *
+                           sizeof *cand);
+  uint64_t floor = sim->durable_clock;
+  uint32_t orphans[64], norphans = 0, o;
+
+  if (r == NULL || nr == NULL || cand == NULL)
+    sim_fail ("out of memory");
+  for (o = sim->nrecs; o-- > 1 && norphans < 64; )
+    if (rec (o)->orphan)
+      orphans[norphans++] = o;
+  cand[nc++] = floor;
+  for (u = 0; u < nu; u++) {
+    int64_t v = decode (buf + (size_t) u * SIM_UNIT, u);
+    int i;
+
+    nr[u] = v < 0 ? -1 : pit_ranges (u, v, r + (size_t) u * (SIM_HIST + 2),
+                                     orphans, norphans);
+    for (i = 0; i < nr[u]; i++)
+      if (r[(size_t) u * (SIM_HIST + 2) + i].lo > floor)
+        cand[nc++] = r[(size_t) u * (SIM_HIST + 2) + i].lo;
+  }
+  qsort (cand, nc, sizeof *cand, cmp_u64);
+  /* The earliest x that every unit allows, if any: one of the ranges'
+   * starts (or the floor).
+   */
+  for (j = 0; j < nc; j++) {
+    uint64_t x = cand[j];
+    bool all = true;
+
+    if (j > 0 && cand[j - 1] == x)
+      continue;
+    for (u = 0; u < nu && all; u++) {
+      int i;
+      bool any = nr[u] < 0;
+      for (i = 0; i < nr[u] && !any; i++)
+        any = r[(size_t) u * (SIM_HIST + 2) + i].lo <= x &&
+          x <= r[(size_t) u * (SIM_HIST + 2) + i].hi;
+      all = any;
+    }
+    if (all) {
+      free (r);
+      free (nr);
+      free (cand);
+      return;
+    }
+  }
+  /* None: name a unit that allows nothing at or after the floor, or
+   * two whose ranges do not meet.
+   */
+  {
+    char why[700], whyb[700];
+    uint32_t a = nu, b = nu;
+    uint64_t alo = 0, bhi = UINT64_MAX;
+
+    for (u = 0; u < nu; u++) {
+      int i;
+      uint64_t lo = UINT64_MAX, hi = 0;
+      if (nr[u] < 0)
+        continue;
+      for (i = 0; i < nr[u]; i++) {
+        lo = RB_MIN (lo, r[(size_t) u * (SIM_HIST + 2) + i].lo);
+        hi = RB_MAX (hi, r[(size_t) u * (SIM_HIST + 2) + i].hi);
+      }
+      if (nr[u] == 0 || hi < floor) {
+        a = b = u;
+        break;
+      }
+      if (a == nu || lo > alo) {
+        a = u;
+        alo = lo;
+      }
+      if (b == nu || hi < bhi) {
+        b = u;
+        bhi = hi;
+      }
+    }
+    if (a == nu)
+      a = b = 0;
+    explain (why, sizeof why, a);
+    explain (whyb, sizeof whyb, b);
+    sim_fail ("%s: with journal= the device is no point in time no older "
+              "than the last FLUSH (began at t%" PRIu64 "): unit %u holds "
+              "#%" PRId64 " (from t%" PRIu64 " on), unit %u holds #%" PRId64
+              " (until t%" PRIu64 "); unit %u's writes, newest first:%s; "
+              "unit %u's:%s", what, floor, a,
+              decode (buf + (size_t) a * SIM_UNIT, a), alo, b,
+              decode (buf + (size_t) b * SIM_UNIT, b), bhi, a, why, b, whyb);
   }
 }

@@ -64,8 +64,15 @@ apply (struct sim_disk *d, const struct rb_io *io, const uint8_t *data)
   else
     memcpy (d->pending + io->offset, data, io->count);
   for (s = io->offset / SIM_UNIT; s <= (io->offset + io->count - 1) / SIM_UNIT;
-       s++)
+       s++) {
     d->dirty[s] = 1;
+    /* A power cut now may keep this sector: without journal= it must
+     * not take back a write made durable.
+     */
+    if (d == &sim->back && !sim->cfg.journal)
+      model_check_durable (d->pending, s, "the store's cache as a write "
+                           "lands (a power cut may keep it)");
+  }
   if (sim->cfg.verbose)
     fprintf (stderr, "    %s: %s %" PRIu64 "+%" PRIu64 "%s\n", d->name,
              io->op == RB_IO_ZERO ? "ZERO" : "WRITE", io->offset, io->count,

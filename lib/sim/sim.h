@@ -70,6 +70,8 @@ struct sim_rec {
   uint8_t failed;               /* answered with an error: may or may
                                    not have happened */
   uint8_t orphan;               /* never answered: its process died */
+  uint8_t rebase;               /* REC_ALIAS: what a restart found (not
+                                   what a read settled) */
 };
 
 struct sim_unit_hist {
@@ -106,6 +108,10 @@ struct sim_shared {
   uint64_t clock;               /* logical time: ticks at op start/end */
   uint64_t ack_seq;             /* last ack number given */
   uint64_t durable_seq;         /* acks <= this are durable */
+  uint64_t durable_clock;       /* a FLUSH, sync or FUA write made
+                                   durable by contract began at this
+                                   logical time: a journal's recovered
+                                   point in time is no older */
   uint32_t nrecs, maxrecs;
   struct sim_rec *recs;
   struct sim_unit_hist *hist;
@@ -140,8 +146,9 @@ extern uint32_t model_begin (int client, enum sim_rec_kind kind,
 /* The request was answered: ok, and durable by contract (FUA). */
 extern void model_end (int client, uint32_t id, bool ok, bool fua_durable);
 /* A FLUSH or sync: note where it began, and mark what it covers. */
-extern uint64_t model_flush_begin (void);
-extern void model_flush_ok (uint64_t begin);
+struct model_flush { uint64_t seq, clock; };
+extern struct model_flush model_flush_begin (void);
+extern void model_flush_ok (struct model_flush begin);
 /* Check a read of units [u0, u0+n) that began at logical time ts.
  * Fails the run (sim_fail) on a value the model does not allow.  A
  * client's read (not a look at a disk) also settles the order of the
@@ -153,6 +160,12 @@ extern void model_check_read (const uint8_t *buf, uint32_t u0, uint32_t n,
  * of the last lifetime; aliases what it found.
  */
 extern void model_check_recovered (const uint8_t *buf, const char *what);
+/* With journal=, after a crash or power cut: the device read back is
+ * its content at one point in time (every unit as of one moment T),
+ * T no older than the last FLUSH, sync or FUA write made durable.
+ * Before model_check_recovered, which notes what was found.
+ */
+extern void model_check_point_in_time (const uint8_t *buf, const char *what);
 /* Without journal=, the backing store's durable image is what a power
  * cut leaves: each unit that changes there must keep every write made
  * durable (or something newer, or a write in flight).

@@ -21,7 +21,23 @@ rb_store_open (const struct rb_store_params *params)
   }
   if (rb_store_is_nbd_uri (params->uri))
     return rb_store_nbd_open (params);
+  if (rb_store_is_rbd_uri (params->uri)) {
+#ifdef HAVE_LIBRBD
+    return rb_store_rbd_open (params);
+#else
+    rb_set_error (ENOTSUP, "%s: this ramback was built without librbd "
+                  "(configure --with-rbd, with librbd-dev installed)",
+                  params->uri);
+    return NULL;
+#endif
+  }
   return rb_store_file_open (params);
+}
+
+bool
+rb_store_is_rbd_uri (const char *uri)
+{
+  return uri && strncmp (uri, "rbd:", 4) == 0;
 }
 
 void

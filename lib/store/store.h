@@ -3,7 +3,8 @@
  *
  * This module owns nothing but the contract between the caching core and
  * whatever persists its data: a local file or block device
- * (store-file.c) or a remote NBD export (store-nbd.c).  The core never
+ * (store-file.c), a remote NBD export (store-nbd.c) or a Ceph RBD image
+ * (store-rbd.c).  The core never
  * calls read(2)/write(2) itself; every byte to or from persistent storage
  * goes through these ops, so a test or a kernel port can swap in its own.
  *
@@ -144,7 +145,8 @@ struct rb_store {
 };
 
 /* Open the store named by params->uri: an NBD URI goes to store-nbd.c,
- * anything else is a file or block device.  NULL on error.
+ * rbd:... to store-rbd.c, anything else is a file or block device.
+ * NULL on error.
  */
 extern struct rb_store *rb_store_open (const struct rb_store_params *params);
 extern void rb_store_close (struct rb_store *s);
@@ -231,5 +233,6 @@ extern int rb_store_submit_widened (struct rb_store *s, uint64_t m,
 /* Implementations. */
 extern struct rb_store *rb_store_file_open (const struct rb_store_params *);
 extern struct rb_store *rb_store_nbd_open (const struct rb_store_params *);
+extern struct rb_store *rb_store_rbd_open (const struct rb_store_params *);
 
 #endif /* RAMBACK_STORE_H */

@@ -70,6 +70,7 @@ static uint64_t trace_hash = UINT64_C (0xcbf29ce484222325);
 static const char sleep_obj = 0;
 
 void (*sim_point_hook) (uint64_t point);
+void (*sim_idle_hook) (void);
 void (*sim_fail_hook) (const char *msg);
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ---- */
@@ -261,6 +262,8 @@ pick (void)
         run[n++] = tasks[i];
     if (n)
       return run[sim_rand_below (n)];
+    if (sim_idle_hook)
+      sim_idle_hook ();
     for (i = 0; i < ntasks; i++)
       if (tasks[i] && tasks[i]->state == T_BLOCKED &&
           tasks[i]->deadline < min)

@@ -45,6 +45,12 @@ extern uint64_t sim_points (void);
  * trace before the process ends.
  */
 extern void (*sim_point_hook) (uint64_t point);
+/* Called when no task can run (every one is blocked, none half way
+ * through a step between two scheduling points), before the clock
+ * jumps: the world checks what must hold at rest.  It must not reach a
+ * scheduling point.
+ */
+extern void (*sim_idle_hook) (void);
 extern void (*sim_fail_hook) (const char *msg);
 
 /* Fold 8 bytes into the trace hash (FNV-1a).  The scheduler folds in
