@@ -335,8 +335,15 @@ extern uint64_t rbi_populate_step (struct rb *rb,
                                    struct rb_populator_state *ps);
 
 /* slots.c (ram-size=): all but init are for rb->slotted only. */
-/* The smallest budget, in chunks. */
-#define RB_MIN_SLOTS 64
+/* The smallest budget, in chunks: one per request of nbdkit's default
+ * 16 threads.  (Progress needs less: a reserver holds nothing while it
+ * waits, and write back needs no slots.)
+ */
+#define RB_MIN_SLOTS 16
+/* A request reserves at most nslots / RB_PIECES_PER_BUDGET chunks at
+ * a time (at least one).
+ */
+#define RB_PIECES_PER_BUDGET 64
 /* ram-size= against the device and the other parameters: -1 with a
  * message on the first problem.
  */

@@ -79,41 +79,42 @@ set_flag (struct evict *ev, uint64_t c, uint8_t f)
   rb_atomic_or (&ev->flags[c], f);
 }
 
+/* The hand at resident chunk c: age its flags; is it the victim? */
+static bool
+visit (struct evict *ev, uint64_t c, bool desperate, evict_pred evictable,
+       void *opaque)
+{
+  uint8_t f = rb_atomic_load (&ev->flags[c]);
+
+  if (f & EV_ACTIVE) {
+    if (f & EV_REF)
+      clear_flag (ev, c, EV_REF);
+    else if (rb_atomic_load (&ev->nactive) > ev->active_max)
+      demote (ev, c);
+    return desperate && evictable (opaque, c);
+  }
+  if (f & EV_REF) {
+    if (f & EV_SEEN)
+      evict_promote (ev, c);
+    else {
+      clear_flag (ev, c, EV_REF);
+      set_flag (ev, c, EV_SEEN);
+    }
+    return desperate && evictable (opaque, c);
+  }
+  return evictable (opaque, c);
+}
+
 uint64_t
-evict_pick (struct evict *ev, uint64_t max_steps, bool desperate,
+evict_pick (struct evict *ev, uint64_t *steps, bool desperate,
             evict_pred resident, evict_pred evictable, void *opaque)
 {
-  uint64_t step;
-
-  for (step = 0; step < max_steps && ev->n > 0; step++) {
+  while (*steps > 0 && ev->n > 0) {
     uint64_t c = ev->hand;
-    uint8_t f;
 
     ev->hand = c + 1 == ev->n ? 0 : c + 1;
-    if (!resident (opaque, c))
-      continue;
-    f = rb_atomic_load (&ev->flags[c]);
-    if (f & EV_ACTIVE) {
-      if (f & EV_REF)
-        clear_flag (ev, c, EV_REF);
-      else if (rb_atomic_load (&ev->nactive) > ev->active_max)
-        demote (ev, c);
-      if (desperate && evictable (opaque, c))
-        return c;
-      continue;
-    }
-    if (f & EV_REF) {
-      if (f & EV_SEEN)
-        evict_promote (ev, c);
-      else {
-        clear_flag (ev, c, EV_REF);
-        set_flag (ev, c, EV_SEEN);
-      }
-      if (desperate && evictable (opaque, c))
-        return c;
-      continue;
-    }
-    if (evictable (opaque, c))
+    (*steps)--;
+    if (resident (opaque, c) && visit (ev, c, desperate, evictable, opaque))
       return c;
   }
   return UINT64_MAX;

@@ -76,13 +76,16 @@ extern void evict_forget (struct evict *ev, uint64_t c);
 /* Is chunk c resident, may it be evicted now (the caller's answers). */
 typedef bool (*evict_pred) (void *opaque, uint64_t c);
 
-/* Move the hand up to max_steps chunks on and return the first victim
- * (resident, inactive, unreferenced, and evictable), or UINT64_MAX.
- * desperate: any resident evictable chunk is a victim (a caller that
- * found none the normal way: clean chunks are all active or recently
- * used); the flags still age on the way.
+/* Move the hand up to *steps chunks on and return the first victim
+ * (resident, inactive, unreferenced, and evictable), or UINT64_MAX;
+ * *steps is decreased by the chunks the hand passed, so that a caller
+ * whose victims may still turn out not to go (checked again under
+ * their locks) bounds its whole search with one budget.  desperate:
+ * any resident evictable chunk is a victim (a caller that found none
+ * the normal way: clean chunks are all active or recently used); the
+ * flags still age on the way.
  */
-extern uint64_t evict_pick (struct evict *ev, uint64_t max_steps,
+extern uint64_t evict_pick (struct evict *ev, uint64_t *steps,
                             bool desperate, evict_pred resident,
                             evict_pred evictable, void *opaque);
 

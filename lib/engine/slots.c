@@ -29,14 +29,24 @@
  * written since the last good one (flush.c, fsyncgate), and a store
  * that lost a connection hands back writes that may land late
  * (take_suspects) to be written again from RAM; either needs the data
- * in RAM.  So the evictor holds, in this order, slot_lock, sync_lock
- * (no sync runs: every write not yet synced is in rb->unsynced, and a
- * write still running holds its range), the victim's range (RL_WRITE:
- * no reader, writer, load or write back is on it), then checks under
- * rb->lock that the chunk is CLEAN, in no unsynced extent and not NB,
- * and that the store has no suspects pending, moves it to EMPTY
- * (chunkmap_evict) and gives its memory back.  A crash after the move
- * finds it EMPTY: loaded again from the store, which holds its data.
+ * in RAM.  So the evictor holds, in this order, slot_lock, and for
+ * each victim sync_lock (no sync runs: every write not yet synced is
+ * in rb->unsynced, and a write still running holds its range), checks
+ * that the store has no suspects pending, takes the victim's range
+ * (RL_WRITE: no reader, writer, load or write back is on it), then
+ * checks under rb->lock that the chunk is CLEAN and in no unsynced
+ * extent, moves it to EMPTY (chunkmap_evict) and gives its memory
+ * back.  A crash after the move finds it EMPTY: loaded again from the
+ * store, which holds its data.
+ * Its NB bit (resume.c) may still be set: a FUA write (can_fua) is
+ * durable without a sync that would retire it.  Under these locks NB
+ * is stale, and resume ignores NB on an EMPTY chunk; waiting for it
+ * to clear instead would wait for good (every resident chunk clean
+ * with NB, nothing to write back or sync).
+ *
+ * A victim not synced yet is kept, and the search goes on, for a
+ * bounded number of steps (evict_some): sync_lock is the victim's
+ * only, so the sync that would free it can run meanwhile.
  *
  * Waiting.  When nothing can be evicted (every resident chunk dirty,
  * being written back, or not synced yet), a reserver hurries the
@@ -118,7 +128,8 @@ rbi_slots_init (struct rb *rb)
     return -1;
   rb_mutex_init (&rb->slot_lock);
   rb->slotted = true;
-  rb->piece_chunks = RB_MAX (rb->nslots / RB_MIN_SLOTS, UINT64_C (1));
+  rb->piece_chunks = RB_MAX (rb->nslots / RB_PIECES_PER_BUDGET,
+                            UINT64_C (1));
   rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " of the %" PRIu64 " chunks "
           "may be in RAM at once", ram, rb->nslots, rb->nchunks);
   return 0;
@@ -161,19 +172,13 @@ is_resident (void *opaque, uint64_t c)
   return chunkmap_get (&rb->map, c) != CS_EMPTY;
 }
 
-static bool
-nb_set (struct rb *rb, uint64_t c)
-{
-  return rb->nb && ((rb_atomic_load (&rb->nb[c / 64]) >> (c % 64)) & 1);
-}
-
 /* The policy's pre-check, without the range (rechecked under it). */
 static bool
 may_evict (void *opaque, uint64_t c)
 {
   struct rb *rb = opaque;
 
-  return chunkmap_get (&rb->map, c) == CS_CLEAN && !nb_set (rb, c);
+  return chunkmap_get (&rb->map, c) == CS_CLEAN;
 }
 
 /* Does [off, off+len) overlap a write not synced yet?  rb->lock held. */
@@ -205,14 +210,24 @@ suspects_pending (struct rb *rb)
   return pending;
 }
 
-/* Evict chunk c if it may go (the top of the file).  sync_lock held. */
-static bool
+/* What became of a victim. */
+enum evicted { EV_GONE, EV_KEPT, EV_SUSPECTS };
+
+/* Evict chunk c if it may go (the top of the file) [slot_lock].
+ * sync_lock is taken for this one chunk, not for the whole search: a
+ * search over chunks not synced yet must not hold off the sync that
+ * frees them.
+ */
+static enum evicted
 evict_one (struct rb *rb, uint64_t c)
 {
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->sync_lock);
   struct rl_node node;
   uint64_t off = rbi_chunk_offset (rb, c), len = rbi_chunks_bytes (rb, c, 1);
   bool ok;
 
+  if (suspects_pending (rb))
+    return EV_SUSPECTS;
   rangelock_acquire (&rb->rl, &node, off, off + len, RL_WRITE);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -226,31 +241,41 @@ evict_one (struct rb *rb, uint64_t c)
     rb_atomic_add (&rb->evictions, 1);
   }
   rangelock_release (&rb->rl, &node);
-  return ok;
+  return ok ? EV_GONE : EV_KEPT;
 }
 
-/* Evict up to want chunks [slot_lock]; returns how many went. */
+/* Evict up to want chunks [slot_lock]; returns how many went.  The
+ * policy's pre-check cannot tell a chunk not synced yet (that needs
+ * rb->lock), so a victim may be kept, and picked again on the next
+ * turn of the hand: the search ends after at most two turns of the
+ * hand the normal way, then one desperate, however many were kept.
+ */
 static uint64_t
 evict_some (struct rb *rb, uint64_t want)
 {
-  uint64_t got = 0, steps = 2 * rb->nchunks + 2;
+  uint64_t got = 0, steps = 2 * rb->nchunks;
   bool desperate = false;
 
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->sync_lock);
-  if (suspects_pending (rb))
-    return 0;
   while (got < want) {
-    uint64_t c = evict_pick (&rb->evict, steps, desperate, is_resident,
+    uint64_t c = evict_pick (&rb->evict, &steps, desperate, is_resident,
                              may_evict, rb);
 
     if (c == UINT64_MAX) {
       if (desperate)
         break;
       desperate = true;
+      steps = rb->nchunks;
       continue;
     }
-    if (evict_one (rb, c))
+    switch (evict_one (rb, c)) {
+    case EV_GONE:
       got++;
+      break;
+    case EV_KEPT:
+      break;
+    case EV_SUSPECTS:
+      return got;
+    }
   }
   return got;
 }
