@@ -90,14 +90,16 @@ stage build scripts/build.sh _build --with-rbd
 # waiting on servers it started (kill -9 cycles, write back under a rate
 # cap, remote reconnects), not on the CPU (three at a time kept the two
 # cores of a CI machine 45% busy), and every test waits for states,
-# never for a time.  RAMBACK_CHECK_JOBS changes it.
+# never for a time.  RAMBACK_CHECK_JOBS changes it.  check-parallel
+# runs every directory's tests in that one pool (make check would run
+# the directories one after the other).
 jobs=${RAMBACK_CHECK_JOBS:-4}
-stage check check_in _build -j"$jobs" check
+stage check check_in _build -j"$jobs" check-parallel
 stage build-asan scripts/build.sh _build-asan --enable-sanitizers=address,undefined
 stage build-tsan scripts/build.sh _build-tsan --enable-sanitizers=thread
 # The ASan suite (mostly waiting, like the plain one) beside the TSan
 # unit tests (one long CPU-bound test-core).
-together stage asan check_in _build-asan -j"$jobs" check -- \
+together stage asan check_in _build-asan -j"$jobs" check-parallel -- \
     stage tsan check_in _build-tsan/lib -j"$jobs" check
 # One Ceph cluster (monitor, manager, one OSD) for the RBD store's tests,
 # run one at a time: one of them kills the OSD.

@@ -3,12 +3,12 @@
 #
 # boot-scenario.sh DEB-DIR: the packages on a booted Debian 12, systemd
 # as PID 1 (sysroot-build.sh's root), the way an administrator runs
-# them: a disk "data" on a virtio disk, attached as /dev/nbd0 and
+# them: a disk "data" on a SCSI disk, attached as /dev/nbd0 and
 # mounted from /etc/fstab (guest/boot-steps.sh).  Four boots of one
 # root (a qcow2 overlay of the cached image) and one backing disk:
 #
 #   setup     install the .deb files of DEB-DIR; the README's Install
-#             commands as printed (configure /dev/sdb, enable, mkfs,
+#             commands as printed (configure the disk by its WWN, enable, mkfs,
 #             fstab, mount); write files (some fsynced); systemctl reboot
 #   poweroff  mounted at boot, files intact; systemctl poweroff while a
 #             writer writes and fsyncs
@@ -45,9 +45,13 @@ root=$CACHE/sysroot
 qemu-img create -q -f qcow2 -F raw -b "$root/root.img" "$T/root.qcow2"
 back=$T/back.img
 truncate -s 256M "$back"
-# The backing disk is the guest's second SCSI disk, /dev/sdb, as in the
-# README; the first one is this scratch disk.
+# The backing disk has the README's WWN.  A scratch disk comes before it
+# on the SCSI bus in one boot and after it in the next, so that its
+# kernel name (/dev/sda, /dev/sdb) changes between boots while its
+# stable name, which the README's configuration uses, does not.
 truncate -s 1M "$T/scratch.img"
+wwn=0x5000c500a1b2c3d4
+order=0
 mkdir -p "$T/rt/debs"
 cp "$debdir"/nbdkit-plugin-ramback_*.deb "$debdir"/ramback_*.deb "$T/rt/debs/"
 cp "$guest_srcdir/guest/boot-steps.sh" "$guest_srcdir/../README.md" "$T/rt/"
@@ -58,7 +62,9 @@ console_opts=quiet
 [ -z "${RAMBACK_GUEST_VERBOSE:-}" ] || console_opts=systemd.show_status=1
 
 boot () {   # boot STEP
-  local step=$1
+  local step=$1 id_scratch id_back
+  order=$((1 - order))
+  id_scratch=$((1 - order)) id_back=$order
   _g_machine "$step"
   g_qemu "$step" "${_g_argv[@]}" \
     -serial "file:$T/$step.console" \
@@ -67,9 +73,9 @@ boot () {   # boot STEP
     -device virtio-blk-pci,drive=root,serial=root \
     -device virtio-scsi-pci,id=scsi \
     -drive "file=$T/scratch.img,if=none,id=scratch,format=raw" \
-    -device scsi-hd,drive=scratch,bus=scsi.0,scsi-id=0,lun=0,serial=scratch \
+    -device scsi-hd,drive=scratch,bus=scsi.0,scsi-id=$id_scratch,lun=0,serial=scratch \
     -drive "file=$back,if=none,id=rback,format=raw" \
-    -device scsi-hd,drive=rback,bus=scsi.0,scsi-id=1,lun=0,serial=rback \
+    -device scsi-hd,drive=rback,bus=scsi.0,scsi-id=$id_back,lun=0,serial=rback,wwn=$wwn \
     -drive "file=$T/rt.tar,if=none,id=rtest,format=raw,readonly=on" \
     -device virtio-blk-pci,drive=rtest,serial=rtest \
     -append "console=ttyS1 root=LABEL=root rw panic=-1 $console_opts ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"

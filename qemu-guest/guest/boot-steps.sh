@@ -7,8 +7,9 @@
 # "RAMBACK-MARK: NAME " lines and a last "RAMBACK-RESULT: PASS" or
 # "RAMBACK-RESULT: FAIL why".
 #
-# The disk "data": /etc/ramback/data.conf backs it by /dev/sdb (the disk
-# with serial "rback"), attached as /dev/nbd0 and mounted on /srv/data
+# The disk "data": /etc/ramback/data.conf backs it by the README's
+# /dev/disk/by-id/wwn-0x5000c500a1b2c3d4 (the disk of 256 MiB,
+# /dev/sda in some boots and /dev/sdb in others), attached as /dev/nbd0 and mounted on /srv/data
 # through /etc/fstab, by the README's Install section's commands as
 # printed (README.md comes in /run/rt).
 #
@@ -29,7 +30,7 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C
 step=$(sed -n 's/.*ramback\.step=\([^ ]*\).*/\1/p' /proc/cmdline)
 broken=$(sed -n 's/.*ramback\.broken=\([^ ]*\).*/\1/p' /proc/cmdline)
 mnt=/srv/data
-back=/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_rback
+back=/dev/disk/by-id/wwn-0x5000c500a1b2c3d4
 
 mark () { echo "RAMBACK-MARK: $* "; }
 fail () {
@@ -111,7 +112,7 @@ mounted_at_boot () {
   [ "$src" = /dev/nbd0 ] || fail "$mnt is mounted from $src, not /dev/nbd0"
   systemctl is-active -q ramback@data ramback-nbd@data ||
     fail "ramback@data or ramback-nbd@data not active after boot"
-  echo "mounted at boot: /dev/nbd0 on $mnt"
+  echo "mounted at boot: /dev/nbd0 on $mnt, backed by $(readlink -f "$back")"
 }
 
 case $step in
@@ -119,14 +120,15 @@ setup)
   dpkg -i /run/rt/debs/nbdkit-plugin-ramback_*.deb /run/rt/debs/ramback_*.deb \
     >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; fail "dpkg -i of the packages failed"; }
   echo "installed: $(dpkg-query -W -f='${Package} ${Version}, ' nbdkit-plugin-ramback ramback)"
-  [ -b /dev/sdb ] && [ "$(readlink -f "$back")" = /dev/sdb ] ||
-    fail "the backing disk is not /dev/sdb, as in the README"
+  # The backing disk is the one of 256 MiB (the scratch disk has 1 MiB).
+  [ -b "$back" ] && [ "$(blockdev --getsize64 "$back")" = 268435456 ] ||
+    fail "the README's backing disk $back is not the 256 MiB disk: $(ls -l /dev/disk/by-id/ | tr '\n' ' ')"
   # The README's Install section, as printed.
   readme_block 'mkdir -p /etc/ramback' >/tmp/install.sh ||
     fail "no install block in the README"
   bash -ex /tmp/install.sh >/tmp/install.log 2>&1 ||
     { tail -30 /tmp/install.log; fail "the README's install commands failed"; }
-  echo "README install block: $(grep -c . /tmp/install.sh) commands ran"
+  echo "README install block: $(grep -c . /tmp/install.sh) commands ran, backing disk $(readlink -f "$back")"
   findmnt -rn -o SOURCE "$mnt" | grep -qx /dev/nbd0 || fail "$mnt not mounted after the README's commands"
   if [ "$broken" = order ]; then
     # The contrast: no ordering between the mount, the attach and
