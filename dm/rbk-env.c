@@ -259,6 +259,10 @@ void rbi_slots_notify(struct rb *rb)
 {
 }
 
+void rbi_slots_trim(struct rb *rb)
+{
+}
+
 /* ---- the RAM image (lib/ram/ramimage.h) ------------------------------------ */
 
 void ramimage_zero(struct ramimage *ri, uint64_t offset, uint64_t count)

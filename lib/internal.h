@@ -355,6 +355,8 @@ extern int rbi_slots_reserve (struct rb *rb, uint64_t n);
 /* Reserve up to n free slots without evicting or waiting: how many. */
 extern uint64_t rbi_slots_try_reserve (struct rb *rb, uint64_t n);
 extern void rbi_slots_unreserve (struct rb *rb, uint64_t n);
+/* Evict down to the budget what can be (the flusher, holding nothing). */
+extern void rbi_slots_trim (struct rb *rb);
 /* Slots may have become free or evictable: wake reservers (no lock
  * held but possibly sync_lock).  No-op unless slotted.
  */

@@ -713,6 +713,8 @@ rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
     }
   }
   rbi_recompute_limit (rb);
+  /* ram-size=: what was written back and synced may leave RAM now. */
+  rbi_slots_trim (rb);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   rbi_sync_answer_locked (rb, fs->target, err);

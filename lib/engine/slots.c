@@ -48,6 +48,12 @@
  * bounded number of steps (evict_some): sync_lock is the victim's
  * only, so the sync that would free it can run meanwhile.
  *
+ * Over the budget.  A resumed ram= image may hold more than ram-size=
+ * (a start with a larger one, or none, wrote it), and the requests in
+ * flight may pass it for a moment (hits, above).  Reads of resident
+ * chunks never reserve, so nothing would evict: the flusher does
+ * (rbi_slots_trim), after each pass, once what it wrote back is synced.
+ *
  * Waiting.  When nothing can be evicted (every resident chunk dirty,
  * being written back, or not synced yet), a reserver hurries the
  * flusher and waits on rb->space_cond for slot_gen to change: a good
@@ -285,6 +291,19 @@ static uint64_t
 batch (struct rb *rb, uint64_t need)
 {
   return need + RB_MAX (rb->nslots / 64, UINT64_C (1));
+}
+
+void
+rbi_slots_trim (struct rb *rb)
+{
+  uint64_t loaded;
+
+  if (!rb->slotted || chunkmap_loaded (&rb->map) <= rb->nslots)
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
+  loaded = chunkmap_loaded (&rb->map) + rb->slots_reserved;
+  if (loaded > rb->nslots)
+    evict_some (rb, loaded - rb->nslots);
 }
 
 int
