@@ -83,14 +83,7 @@ if [ "$dropping" = yes ]; then
     [ "$can_drop" = yes ] || die "--drop-caches: cannot drop the page cache (not root?)"
 fi
 
-WORK=$(mktemp -d "$workroot/ramback-bigger.XXXXXX")
-cleanup () {
-    set +e
-    kill_servers
-    if [ "$keep" = yes ]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir bigger
 
 IMG=$WORK/disk.img
 head -c "$size_b" /dev/urandom > "$IMG"
