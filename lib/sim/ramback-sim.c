@@ -177,6 +177,19 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
   c->journal_size = (UINT64_C (1) << 20) + 4096 * PICK (256);
   c->can_fua = PICK (2);
   c->crash_permille = (unsigned[]) { 0, 15, 40, 80 }[PICK (4)];
+  /* Picked last, so that the picks above stay what they were for the
+   * seeds before it.  ram-size= needs 16 chunks and no journal=, and
+   * dirty-max= below it.
+   */
+  {
+    uint64_t nchunks = (c->size + c->chunk_size - 1) / c->chunk_size;
+
+    if (!c->journal && nchunks > 17 && PICK (2)) {
+      c->ram_size = (16 + PICK (nchunks - 17)) * (uint64_t) c->chunk_size;
+      if (c->dirty_max >= c->ram_size)
+        c->dirty_max = c->ram_size / 2;
+    }
+  }
 }
 
 /* ---- the engine ---- */
@@ -223,13 +236,15 @@ open_engine (void)
   c.journal = k->journal ? journal : NULL;
   c.commit_interval_ms = k->commit_interval_ms;
   c.allow_overcommit = true;
+  c.ram_size = k->ram_size;
   sim_trace ("open (lifetime %u): size %" PRIu64 " chunk %" PRIu32
              " %s fsync=%s%s%s dirty-max=%" PRIu64 " flush-delay=%" PRIu32
-             " clients %d switch %u", sim->lifetime, k->size, k->chunk_size,
+             " clients %d switch %u ram-size=%" PRIu64, sim->lifetime,
+             k->size, k->chunk_size,
              k->writethrough ? "writethrough" : "writeback",
              k->fsync_wait ? "wait" : "ignore", k->journal ? " journal" : "",
              k->ram ? " ram" : "", k->dirty_max, k->flush_delay_ms,
-             k->clients, k->switch_permille);
+             k->clients, k->switch_permille, k->ram_size);
   rb = rb_open (&c);
   if (rb == NULL)
     sim_fail ("rb_open failed: %s", rb_get_error ());

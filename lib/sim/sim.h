@@ -101,6 +101,7 @@ struct sim_cfg {
   uint64_t journal_size;
   bool can_fua;
   unsigned crash_permille;      /* chance per nemesis step of a crash */
+  uint64_t ram_size;            /* ram-size=, 0: the whole device */
   bool verbose;
 };
 
