@@ -200,19 +200,21 @@ collect (struct rb *rb, uint64_t *cursor, struct rb_run *runs)
     c = chunkmap_next (&rb->map, c, CS_ANY_DIRTY);
     if (c == UINT64_MAX)
       break;
+    /* The chunk's state may change under us (a zero turns a DIRTY
+     * chunk ZERO, a write a ZERO chunk DIRTY): when it is not what we
+     * read any more, look at chunk c again, never past it.  A sync
+     * ticket this sweep answers may count on c (a write acknowledged
+     * before the ticket was taken).
+     */
     st = chunkmap_get (&rb->map, c);
-    if (st != CS_DIRTY && st != CS_ZERO) {      /* cleaned meanwhile */
-      c++;
+    if (st != CS_DIRTY && st != CS_ZERO)
       continue;
-    }
     max = st == CS_ZERO ? per_zero
       : RB_MIN (per_io, RB_MAX ((budget - bytes) >> rb->chunk_shift,
                                 UINT64_C (1)));
     n = chunkmap_run (&rb->map, c, max, CS_BIT (st));
-    if (n == 0) {
-      c++;
+    if (n == 0)
       continue;
-    }
     if (st == CS_DIRTY) {       /* zeroing costs no bandwidth */
       bool prev = false;
 

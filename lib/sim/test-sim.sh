@@ -33,6 +33,11 @@ done
 # sync: a later sync answered OK without it on the store (the flusher
 # now syncs the store first thing).
 "$sim" --seed=1160 --ops=2000
+# The flusher's collect read a DIRTY chunk's state, a trim then made it
+# ZERO, and the run of DIRTY chunks from it came out empty: collect went
+# past the chunk, and the sweep answered a FLUSH with an earlier write
+# (acknowledged before the FLUSH) on neither the store nor its cache.
+"$sim" --seed=3064 --ops=2000
 # Seed 1046 found a bug (a whole-chunk trim, then a FUA write into part
 # of that chunk: after FLUSH the store held the old data in the rest of
 # the chunk) that later changes moved out of its trace, not known fixed.
