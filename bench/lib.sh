@@ -6,6 +6,9 @@
 # unless set), and sources tests/harness.sh (fail, to_bytes, serve_bg,
 # ctl, status_field).
 #
+#   bench_workdir NAME     WORK: a new directory ramback-NAME.* in
+#                          $workroot, removed at exit (servers stopped
+#                          first) unless --keep
 #   bench_opt ARG          the options every benchmark takes: --build=,
 #                          --dir=, --quick, --output=, --strict, --keep,
 #                          --plot[=DIR], --help (calls usage); exits 2 on
@@ -61,6 +64,17 @@ export LC_ALL=C
 . "$srcdir/../tests/harness.sh"
 
 die () { echo "$prog: $*" >&2; exit 1; }
+
+bench_workdir () {
+    WORK=$(mktemp -d "$workroot/ramback-$1.XXXXXX")
+    trap _bench_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+_bench_cleanup () {
+    set +e
+    kill_servers
+    if [ "${keep:-no}" = yes ]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
 
 bench_opt () {
     case $1 in

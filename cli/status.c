@@ -427,6 +427,26 @@ status_format_human (GString *out, const struct status *st,
   KEY ("throttled");
   g_string_append_printf (out, "%" PRIu64 " writes\n",
                           status_u64 (st, "throttled"));
+  {
+    uint64_t ram, hits, misses;
+
+    /* ram-size= smaller than the device (an older plugin sends none). */
+    if (status_has_u64 (st, "ram_size", &ram) &&
+        ram < status_u64 (st, "size")) {
+      hits = status_u64 (st, "hits");
+      misses = status_u64 (st, "misses");
+      KEY ("ram-size");
+      format_size (out, status_u64 (st, "resident_bytes"));
+      g_string_append (out, " of ");
+      format_size (out, ram);
+      g_string_append_printf (out, " in RAM, %" PRIu64 " hits, %" PRIu64
+                              " misses (%.1f%% hits), %" PRIu64
+                              " evictions\n", hits, misses,
+                              hits + misses
+                              ? 100.0 * hits / (hits + misses) : 0.0,
+                              status_u64 (st, "evictions"));
+    }
+  }
   KEY ("errors");
   g_string_append_printf (out, "%" PRIu64 " store, %" PRIu64 " sync\n",
                           status_u64 (st, "store_errors"),
@@ -562,6 +582,20 @@ static const struct metric {
     "Successful syncs of the backing store." },
   { "throttled", "ramback_throttled_writes_total", "counter",
     "Writes that waited because of the dirty limit." },
+  { "ram_size", "ramback_ram_size_bytes", "gauge",
+    "RAM the image may use (ram-size=; the device size by default)." },
+  { "resident_bytes", "ramback_resident_bytes", "gauge",
+    "Bytes of chunks in RAM now." },
+  { "hits", "ramback_hits_total", "counter",
+    "Requests (or pieces) whose chunks were all in RAM (ram-size=)." },
+  { "misses", "ramback_misses_total", "counter",
+    "Requests (or pieces) that had to load chunks (ram-size=)." },
+  { "hit_ratio", "ramback_hit_ratio", "gauge",
+    "hits / (hits + misses) (ram-size=; 0 before any)." },
+  { "evictions", "ramback_evictions_total", "counter",
+    "Chunks evicted to make room (ram-size=)." },
+  { "slot_waits", "ramback_slot_waits_total", "counter",
+    "Requests that waited for write back to free RAM (ram-size=)." },
   { "trace", "ramback_trace", "gauge", "1 if request tracing is on." },
   { "resumed_chunks", "ramback_resumed_chunks", "gauge",
     "Chunks taken from a resumed RAM image at start (0: populated)." },

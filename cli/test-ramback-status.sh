@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # "ramback status" in its three forms against a plugin holding known
-# dirty data.  flush-rate=1K with 64 KiB chunks and flush-delay=0: the
+# dirty data.  flush-rate=100 with 64 KiB chunks and flush-delay=0: the
 # first chunk is written back and synced at once (the flush rate is
-# measured), and the cap then holds the next one back for 64 s, so for
+# measured), and the cap then holds the next one back for 655 s, so for
 # the rest of the test exactly N-1 of the N chunks written are dirty,
 # and every form must say so.
 
@@ -11,7 +11,7 @@ source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/cli/cli-functions.sh"
 set -x
 
-start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=1K \
+start_ramback rb back="$TMP/back.img" size=4M chunk=64K flush-rate=100 \
     flush-delay=0
 cleanup_fn stop_nbdkit "$rb_pid"
 
@@ -42,7 +42,7 @@ expect_field "$TMP/status.json" inflight_bytes 0
 expect_field "$TMP/status.json" stored_bytes 65536
 expect_field "$TMP/status.json" written_bytes 327680
 expect_field "$TMP/status.json" dirty_max 0
-expect_field "$TMP/status.json" flush_rate 1024
+expect_field "$TMP/status.json" flush_rate 100
 expect_field "$TMP/status.json" populate_rate 0
 expect_field "$TMP/status.json" store file
 expect_field "$TMP/status.json" store_state ok
@@ -80,7 +80,7 @@ expect_line '^populate: +done \(64 chunks in RAM\)$'
 expect_line '^dirty: +256\.0 KiB \(4 chunks\)$'
 expect_line '^in flight: +0 B \(0 chunks\)$'
 expect_line '^dirty limit: +none$'
-expect_line '^flush rate: +.* \(cap 1\.0 KiB/s\)$'
+expect_line '^flush rate: +.* \(cap 100 B/s\)$'
 expect_line '^flush delay: +none \(written back at once\)$'
 expect_line '^time to drain: +([0-9.]+ s|[0-9]+m [0-9]+s|unknown.*)$'
 expect_line '^written back: +64\.0 KiB, zeroed 0 B, [0-9]+ syncs?$'
@@ -135,7 +135,7 @@ assert val ("ramback_dirty_bytes") == "262144"
 assert val ("ramback_inflight_bytes") == "0"
 assert val ("ramback_stored_bytes_total") == "65536"
 assert val ("ramback_written_bytes_total") == "327680"
-assert val ("ramback_flush_rate_limit_bytes_per_second") == "1024"
+assert val ("ramback_flush_rate_limit_bytes_per_second") == "100"
 assert val ("ramback_store_errors_total") == "0"
 assert float (val ("ramback_drain_seconds")) >= 0
 print ("prometheus: %d samples ok" % len (values))

@@ -235,6 +235,34 @@ void rbi_nb_retire(struct rb *rb, const struct rb_extents *synced)
 	WARN_ON_ONCE(rb->nb);
 }
 
+/* ram-size= (lib/engine/slots.c) is userspace only: the target keeps
+ * the whole device in RAM, rb->slotted is never set.
+ */
+int rbi_slots_reserve(struct rb *rb, uint64_t n)
+{
+	WARN_ON_ONCE(rb->slotted);
+	return 0;
+}
+
+uint64_t rbi_slots_try_reserve(struct rb *rb, uint64_t n)
+{
+	WARN_ON_ONCE(rb->slotted);
+	return n;
+}
+
+void rbi_slots_unreserve(struct rb *rb, uint64_t n)
+{
+	WARN_ON_ONCE(rb->slotted && n);
+}
+
+void rbi_slots_notify(struct rb *rb)
+{
+}
+
+void rbi_slots_trim(struct rb *rb)
+{
+}
+
 /* ---- the RAM image (lib/ram/ramimage.h) ------------------------------------ */
 
 void ramimage_zero(struct ramimage *ri, uint64_t offset, uint64_t count)

@@ -87,7 +87,7 @@ static bool read_only;
  * plugin below is the store and has its own.
  */
 static const char *const own_keys[] = {
-  "ram", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
+  "ram", "ram-size", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
   "populate-rate", "flush-rate", "flush-delay", "populate", "overcommit",
   "trace", "control", "connections", "inflight", "journal",
   "commit-interval", NULL

@@ -166,6 +166,8 @@ parse_key (const char *key, const char *value)
   }
   else if (strcmp (key, "size") == 0)
     return parse_size (key, value, INT64_MAX, &c->size);
+  else if (strcmp (key, "ram-size") == 0)
+    return parse_size (key, value, INT64_MAX, &c->ram_size);
   else if (strcmp (key, "chunk") == 0) {
     if (parse_size (key, value, UINT32_MAX, &u) == -1)
       return -1;

@@ -35,6 +35,7 @@ extern void ramback_config_free (void);
   "                        through a journal.\n" \
   "commit-interval=SECONDS With journal=: commit at least this often (5).\n" \
   "ram=PATH                RAM image file on tmpfs/hugetlbfs (resumable).\n" \
+  "ram-size=SIZE           RAM the image may use (default: the device size).\n" \
   "resume=auto|discard|force  What to do with an existing ram= image.\n" \
   "size=SIZE               Create a missing backing file of this size.\n" \
   "chunk=SIZE              Chunk size (power of 2, default 64K).\n" \

@@ -30,6 +30,7 @@
 #include "store.h"
 #include "chunkmap.h"
 #include "rangelock.h"
+#include "evict.h"
 #include "ramimage.h"
 #include "throttle.h"
 
@@ -210,6 +211,22 @@ struct rb {
   char last_error[256];         /* [lock] */
   uint64_t start_ns;
 
+  /* ram-size= smaller than the device (slots.c).  Set up in rb_open,
+   * read-only after it; slotted false: the whole device fits, none of
+   * this is used and the I/O fast path is as without it.
+   */
+  bool slotted;
+  uint64_t nslots;              /* chunks that may be resident */
+  uint64_t piece_chunks;        /* chunks a request reserves at a time */
+  rb_mutex slot_lock;           /* the reservations and the policy */
+  uint64_t slots_reserved;      /* [slot_lock] */
+  struct evict evict;           /* [slot_lock], but evict_touch */
+  uint64_t slot_gen;            /* [atomic] bumped when slots may have
+                                   become free or evictable */
+  uint64_t hits, misses, evictions, slot_waits; /* [atomic] */
+  bool prefetch_done;           /* [atomic] the prefetch filled the
+                                   budget and stopped */
+
   /* Background threads' own state. */
   struct rb_flusher_state flusher_state; /* [flusher] */
   struct rb_rate flush_rate;    /* [flusher] */
@@ -316,6 +333,34 @@ extern void rbi_populator_state_init (struct rb_populator_state *ps);
  */
 extern uint64_t rbi_populate_step (struct rb *rb,
                                    struct rb_populator_state *ps);
+
+/* slots.c (ram-size=): all but init are for rb->slotted only. */
+/* The smallest budget, in chunks: one per request of nbdkit's default
+ * 16 threads.  (Progress needs less: a reserver holds nothing while it
+ * waits, and write back needs no slots.)
+ */
+#define RB_MIN_SLOTS 16
+/* A request reserves at most nslots / RB_PIECES_PER_BUDGET chunks at
+ * a time (at least one).
+ */
+#define RB_PIECES_PER_BUDGET 64
+/* ram-size= against the device and the other parameters: -1 with a
+ * message on the first problem.
+ */
+extern int rbi_slots_check (const struct rb *rb);
+extern int rbi_slots_init (struct rb *rb);
+extern void rbi_slots_free (struct rb *rb);
+/* Reserve n slots, evicting or waiting for write back; -1 at a stop. */
+extern int rbi_slots_reserve (struct rb *rb, uint64_t n);
+/* Reserve up to n free slots without evicting or waiting: how many. */
+extern uint64_t rbi_slots_try_reserve (struct rb *rb, uint64_t n);
+extern void rbi_slots_unreserve (struct rb *rb, uint64_t n);
+/* Evict down to the budget what can be (the flusher, holding nothing). */
+extern void rbi_slots_trim (struct rb *rb);
+/* Slots may have become free or evictable: wake reservers (no lock
+ * held but possibly sync_lock).  No-op unless slotted.
+ */
+extern void rbi_slots_notify (struct rb *rb);
 
 /* flush.c */
 extern int rbi_flusher_start (struct rb *rb);

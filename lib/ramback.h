@@ -118,6 +118,9 @@ struct rb_config {
   uint32_t flush_delay_ms;    /* how long dirty data may wait, 0: none
                                  (at most RB_MAX_FLUSH_DELAY_MS) */
   bool allow_overcommit;      /* allow a device larger than RAM */
+  uint64_t ram_size;          /* ram-size=: RAM the image may use, a
+                                 multiple of the chunk size; 0 (or the
+                                 device size or more): the whole device */
   bool populate;              /* false: do not populate in background */
   enum rb_resume resume;
   bool resume_set;            /* resume= was given (it needs ram=) */
@@ -298,6 +301,13 @@ struct rb_stats {
   uint64_t sync_errors;       /* failed syncs */
   uint64_t syncs;             /* successful syncs */
   uint64_t throttled;         /* writes that waited for dirty-max */
+  /* ram-size= (0 when the whole device is in RAM) */
+  uint64_t ram_size;          /* the budget in force, bytes */
+  uint64_t resident_bytes;    /* chunks in RAM now, bytes */
+  uint64_t hits;              /* requests whose chunks were all in RAM */
+  uint64_t misses;            /* requests that had to load */
+  uint64_t evictions;         /* chunks evicted */
+  uint64_t slot_waits;        /* reservations that waited for write back */
   int last_errno;             /* 0 if none */
   char last_error[256];
   const char *store_type;     /* "file", "nbd" */

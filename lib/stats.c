@@ -52,6 +52,19 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->sync_errors = rb_atomic_load (&rb->sync_errors);
   st->syncs = rb_atomic_load (&rb->syncs);
   st->throttled = rb_atomic_load (&rb->throttled);
+  if (rb->slotted) {
+    st->ram_size = rb->nslots << rb->chunk_shift;
+    st->resident_bytes = st->loaded_chunks << rb->chunk_shift;
+    st->hits = rb_atomic_load (&rb->hits);
+    st->misses = rb_atomic_load (&rb->misses);
+    st->evictions = rb_atomic_load (&rb->evictions);
+    st->slot_waits = rb_atomic_load (&rb->slot_waits);
+  }
+  else {
+    st->ram_size = rb->size;
+    st->resident_bytes = RB_MIN (st->loaded_chunks << rb->chunk_shift,
+                                 rb->size);
+  }
   st->store_type = rb->store->ops->name;
   /* The store says whether it is reachable; the core knows whether the
    * data it must write back is getting there.
@@ -174,6 +187,14 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "sync_errors", K_U64, .u = st->sync_errors },
     { "syncs", K_U64, .u = st->syncs },
     { "throttled", K_U64, .u = st->throttled },
+    { "ram_size", K_U64, .u = st->ram_size },
+    { "resident_bytes", K_U64, .u = st->resident_bytes },
+    { "hits", K_U64, .u = st->hits },
+    { "misses", K_U64, .u = st->misses },
+    { "hit_ratio", K_DBL, .d = st->hits + st->misses
+                     ? (double) st->hits / (st->hits + st->misses) : 0 },
+    { "evictions", K_U64, .u = st->evictions },
+    { "slot_waits", K_U64, .u = st->slot_waits },
     { "last_errno", K_STR, .s = errno_name (st->last_errno) },
     { "last_error", K_STR, .s = st->last_error },
     { "uptime", K_DBL, .d = st->uptime },

@@ -225,6 +225,53 @@ test_names (void)
   g_assert_cmpstr (rbi_chunk_state_name (CS_ZERO), ==, "zero");
 }
 
+/* Eviction (ram-size=): only a CLEAN chunk goes back to EMPTY, with
+ * the counters, the EMPTY hint, its sector bits, P and V right.
+ */
+static void
+test_evict (void)
+{
+  struct chunkmap cm;
+  uint64_t c;
+
+  g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
+  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false), ==, 0);
+  g_assert_cmpint (chunkmap_init_partial (&cm, NULL, NULL, false,
+                                          100 * 16), ==, 0);
+  chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+  g_assert_cmpuint (chunkmap_next (&cm, 0, CS_BIT (CS_EMPTY)), ==,
+                    UINT64_MAX);
+  /* 40 dirty with a bit, 41 partial and clean with stale bits. */
+  chunkmap_mark (&cm, 40 * 16 + 3, 1);
+  chunkmap_move (&cm, 40, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+  chunkmap_set_partial (&cm, 41);
+  chunkmap_set_valid (&cm, 41 * 16, 5);
+  chunkmap_mark (&cm, 41 * 16 + 1, 2);
+  g_assert_false (chunkmap_evict (&cm, 40));
+  g_assert_cmpint (chunkmap_get (&cm, 40), ==, CS_DIRTY);
+  g_assert_true (chunkmap_evict (&cm, 41));
+  g_assert_false (chunkmap_evict (&cm, 41));
+  g_assert_true (chunkmap_evict (&cm, 99));
+  g_assert_cmpint (chunkmap_get (&cm, 41), ==, CS_EMPTY);
+  g_assert_cmpuint (chunkmap_loaded (&cm), ==, 98);
+  g_assert_cmpuint (chunkmap_dirty (&cm), ==, 1);
+  g_assert_cmpuint (chunkmap_npartial (&cm), ==, 0);
+  g_assert_false (chunkmap_partial (&cm, 41));
+  g_assert_cmpuint (chunkmap_valid_bits (&cm, 41 * 16, 16), ==, 0);
+  g_assert_cmpuint (chunkmap_peek_bits (&cm, 41 * 16, 16), ==, 0);
+  g_assert_cmpuint (chunkmap_peek_bits (&cm, 40 * 16, 16), ==, 1 << 3);
+  g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 1);
+  c = chunkmap_next (&cm, 0, CS_BIT (CS_EMPTY));
+  g_assert_cmpuint (c, ==, 41);
+  g_assert_cmpuint (chunkmap_next (&cm, 42, CS_BIT (CS_EMPTY)), ==, 99);
+  /* Loaded again, it may be partial again. */
+  chunkmap_set_partial (&cm, 41);
+  chunkmap_move (&cm, 41, 1, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+  g_assert_cmpuint (chunkmap_loaded (&cm), ==, 99);
+  g_assert_cmpuint (chunkmap_npartial (&cm), ==, 1);
+  chunkmap_free (&cm);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -232,5 +279,6 @@ main (int argc, char *argv[])
   g_test_add_func ("/chunkmap/random", test_random);
   g_test_add_func ("/chunkmap/names", test_names);
   g_test_add_func ("/chunkmap/sectors", test_sectors);
+  g_test_add_func ("/chunkmap/evict", test_evict);
   return g_test_run ();
 }

@@ -237,17 +237,19 @@ struct fx {
 };
 
 /* The fixture over the gated store with configuration *c (its
- * store_override is set here); started (and populated, with populate)
- * if start.
+ * store_override is set here, taking FUA writes if can_fua); started
+ * (and populated, with populate) if start.
  */
 static void
-fx_open_cfg (struct fx *f, guint32 seed, struct rb_config *c, bool start)
+fx_open_store (struct fx *f, guint32 seed, struct rb_config *c, bool start,
+               bool can_fua)
 {
   f->r = g_rand_new_with_seed (seed);
   f->model = g_malloc (SIZE);
   ts_fill_random (f->r, f->model, SIZE);
   f->ts = ts_new (SIZE, f->model);
   c->store_override = ts_store (f->ts);
+  c->store_override->can_fua = can_fua;
   f->rb = rb_open (c);
   if (f->rb == NULL)
     g_error ("rb_open: %s", rb_get_error ());
@@ -256,6 +258,27 @@ fx_open_cfg (struct fx *f, guint32 seed, struct rb_config *c, bool start)
     if (c->populate)
       g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
   }
+}
+
+static void
+fx_open_cfg (struct fx *f, guint32 seed, struct rb_config *c, bool start)
+{
+  fx_open_store (f, seed, c, start, false);
+}
+
+/* A ram= image in /dev/shm for a test, or NULL (the test skipped). */
+static char *
+shm_ram_path (void)
+{
+  char *ram;
+
+  if (access ("/dev/shm", W_OK) != 0) {
+    g_test_skip ("no /dev/shm for a ram= image");
+    return NULL;
+  }
+  ram = g_strdup_printf ("/dev/shm/ramback-interleave-%d", (int) getpid ());
+  unlink (ram);
+  return ram;
 }
 
 static void
@@ -953,16 +976,7 @@ test_writethrough_fua_store (void)
   struct ts_gate *g;
   struct fx f;
 
-  f.r = g_rand_new_with_seed (101);
-  f.model = g_malloc (SIZE);
-  ts_fill_random (f.r, f.model, SIZE);
-  f.ts = ts_new (SIZE, f.model);
-  c.store_override = ts_store (f.ts);
-  c.store_override->can_fua = true;
-  f.rb = rb_open (&c);
-  g_assert_nonnull (f.rb);
-  g_assert_cmpint (rb_start (f.rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_open_store (&f, 101, &c, true, true);
   g = stall_flusher (&f, 2);
   g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
 
@@ -1370,19 +1384,15 @@ test_zero_nb_window (void)
 {
   struct rb_config c = { .chunk_size = CHUNK, .populate = true,
                          .store.tls_verify_peer = -1 };
-  g_autofree char *ram = g_strdup_printf ("/dev/shm/ramback-interleave-%d",
-                                          (int) getpid ());
+  g_autofree char *ram = shm_ram_path ();
   g_autofree uint8_t *d = NULL, *store = g_malloc (CHUNK);
   uint64_t x = 12 * CHUNK, cx = x / CHUNK;
   struct fx f;
   struct job z;
   bool nb;
 
-  if (access ("/dev/shm", W_OK) != 0) {
-    g_test_skip ("no /dev/shm for a ram= image");
+  if (ram == NULL)
     return;
-  }
-  unlink (ram);
   c.ram = ram;
   fx_open_cfg (&f, 109, &c, true);
   d = fx_random (&f, CHUNK);
@@ -1813,6 +1823,115 @@ test_extents_during_store (void)
   fx_finish (&f, "block status during a write back");
 }
 
+/* --- ram-size=: a miss waits for the sync that frees room ------------- */
+
+/* Wait for the miss rd (what: for what) to return; it must have read
+ * the model's data, and evicted to make room.
+ */
+static void
+miss_done (struct fx *f, struct job *rd, const char *what)
+{
+  TS_WAIT (rb_atomic_load (&rd->done), what);
+  job_join (rd);
+  g_assert_cmpint (rd->r, ==, 0);
+  if (memcmp (rd->buf, f->model + rd->off, rd->len) != 0)
+    g_error ("the miss read other data than the store holds");
+  g_assert_cmpuint (rb_atomic_load (&f->rb->evictions), >, 0);
+}
+
+/* ram-size= of 16 chunks, every one of them resident and clean but not
+ * synced yet: writethrough writes, and one chunk whose write back the
+ * test holds (so the flusher can sync nothing).  Such chunks may not be
+ * evicted (a failed sync needs their data in RAM), so a miss must wait
+ * for the sync after the write back, and must not keep the sync from
+ * running while it looks for a victim.
+ */
+static void
+test_evict_waits_for_sync (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .store.tls_verify_peer = -1 };
+  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
+                    .off = 200 * CHUNK };
+  g_autofree uint8_t *got = g_malloc (CHUNK);
+  struct ts_gate *g;
+  struct fx f;
+  uint64_t k;
+
+  fx_open_cfg (&f, 131, &c, true);
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpuint (f.rb->nslots, ==, 16);
+  g = stall_flusher (&f, 100);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  for (k = 0; k < 15; k++) {
+    g_autofree uint8_t *buf = fx_random (&f, CHUNK);
+
+    fx_write (&f, buf, CHUNK, k * CHUNK, 0);
+  }
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 16);
+  g_assert_cmpuint (rb_atomic_load (&f.rb->evictions), ==, 0);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  /* It passes the 15 chunks not synced and waits for the range of the
+   * one in write back.
+   */
+  TS_WAIT (waiters (&f.rb->rl.released) >= 1 || rb_atomic_load (&rd.done),
+           "the miss to reach the chunk held in write back");
+  ts_gate_open (g);
+  miss_done (&f, &rd, "the miss to find room after the write back and its "
+             "sync (with every resident chunk clean but not synced, the "
+             "evictor must give the sync a chance)");
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), <=, 16);
+  fx_finish (&f, "a miss with every resident chunk unsynced");
+}
+
+/* ram-size= with ram= and a store that takes FUA writes (the kernel
+ * target's): writethrough writes are durable when they return, with
+ * no sync to retire their NB bits, so every resident chunk is CLEAN
+ * with NB and nothing is left to write back or sync.  They must still
+ * be evicted (a resume loads an EMPTY chunk from the store whatever NB
+ * says), or a miss waits for good.
+ */
+static void
+test_evict_fua_nb (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .store.tls_verify_peer = -1 };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree uint8_t *got = g_malloc (CHUNK);
+  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
+                    .off = 200 * CHUNK };
+  struct fx f;
+  uint64_t k;
+
+  if (ram == NULL)
+    return;
+  c.ram = ram;
+  fx_open_store (&f, 137, &c, true, true);
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  for (k = 0; k < 16; k++) {
+    g_autofree uint8_t *buf = fx_random (&f, CHUNK);
+
+    fx_write (&f, buf, CHUNK, k * CHUNK, 0);
+    g_assert_cmpuint (chunkmap_get (&f.rb->map, k), ==, CS_CLEAN);
+    g_assert_true ((rb_atomic_load (&f.rb->nb[k / 64]) >> (k % 64)) & 1);
+  }
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 16);
+  g_assert_cmpuint (rb_atomic_load (&f.rb->unsynced_bytes), ==, 0);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  miss_done (&f, &rd, "a miss with every resident chunk CLEAN with NB, "
+             "durable by FUA (nothing to write back or sync would ever "
+             "free them)");
+  fx_finish (&f, "a miss over FUA writethrough chunks with ram=");
+  unlink (ram);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -1863,5 +1982,8 @@ main (int argc, char *argv[])
                    test_zero_run_then_writethrough);
   g_test_add_func ("/interleave/extents-during-store",
                    test_extents_during_store);
+  g_test_add_func ("/interleave/evict-waits-for-sync",
+                   test_evict_waits_for_sync);
+  g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
   return g_test_run ();
 }

@@ -23,6 +23,7 @@ core_tests = \
 	test-lock.sh \
 	test-resume-mismatch.sh \
 	test-resume-format3.sh \
+	test-ram-size-resume.sh \
 	$(NULL)
 TESTS += $(core_tests)
 EXTRA_DIST += $(core_tests) \

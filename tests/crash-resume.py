@@ -38,7 +38,9 @@ dead ramback lands after the new one started.
 
 Environment: PLUGIN, NBDKIT, NBDKIT_PRELOAD (sanitizer runtime), TMP,
 RAMDIR (a tmpfs), CHUNK, SIZE, SECONDS_BUDGET (time budget) or CYCLES,
-SEED, FAULTDISK, RBD_IMAGE (with CEPH_CONF).
+SEED, FAULTDISK, RBD_IMAGE (with CEPH_CONF), RAM_SIZE (ram-size= of
+every start: chunks are evicted from the ram= file, and holes in it
+at a kill).
 """
 
 import os
@@ -67,6 +69,7 @@ FAULTDISK = os.environ.get ("FAULTDISK", "")
 # RBD_IMAGE=POOL/IMAGE: the backing store is that Ceph RBD image (made
 # here from the initial backing file) of the cluster of $CEPH_CONF.
 RBD_IMAGE = os.environ.get ("RBD_IMAGE", "")
+RAM_SIZE = os.environ.get ("RAM_SIZE", "")
 
 
 def nbdkit_env ():
@@ -209,6 +212,8 @@ class Server:
         args = [NBDKIT, "-f", "-v", "-U", self.sock, "-P", self.pidf, PLUGIN,
                 "back=" + back, "ram=" + ram, "chunk=%d" % CHUNK,
                 "control=" + self.ctl] + extra
+        if RAM_SIZE:
+            args.append ("ram-size=" + RAM_SIZE)
         if back.startswith ("rbd:"):
             args.append ("rbd-conf=" + os.environ["CEPH_CONF"])
         self.args = extra
@@ -498,6 +503,19 @@ def count_partial (server, stats):
         stats["resumed with partial chunks"] += 1
 
 
+def check_budget (server, stats):
+    """With RAM_SIZE: what a start resumed fits in it (give or take the
+    requests in flight at the kill), and the resume check's reads of
+    the whole device evicted."""
+    if not RAM_SIZE:
+        return
+    st = server.status ()
+    if st["resident_bytes"] > st["ram_size"] + 4 * CHUNK:
+        M.fail ("ram-size=%s: %d bytes resident after a start"
+                % (RAM_SIZE, st["resident_bytes"]))
+    stats["evictions"] = stats.get ("evictions", 0) + st["evictions"]
+
+
 def run (rng, back_file, ram, model, fd):
     t0 = time.monotonic ()
     back = fd.uri if fd else back_file
@@ -576,6 +594,7 @@ def run (rng, back_file, ram, model, fd):
         h = M.connect (server.uri)
         wl.check_after_crash (h, "device after kill -9 #%d and resume"
                               % stats["kills"])
+        check_budget (server, stats)
         st = server.status ()
         if st.get ("image_source") != "resumed-crash":
             M.fail ("after kill -9: image_source %s"
@@ -588,14 +607,17 @@ def run (rng, back_file, ram, model, fd):
     wl.run_then_stop (server, 0.2)
     server.stop ()
     model.check_file (back_file, "backing file after the final clean stop")
+    if RAM_SIZE and cycle > 1 and stats.get ("evictions", 0) == 0:
+        M.fail ("ram-size=%s: nothing was evicted (%s)" % (RAM_SIZE, stats))
     if CHUNK > 4096 and cycle > 1 and stats["resumed with partial chunks"] == 0:
         M.fail ("no start resumed an image with partial chunks: the test "
                 "did not test them (%s)" % stats)
     stats["ops"] = sum (wl.counts.values ())
     if fd:
         stats["test server restarts"] = fd.restarts
-    M.log ("%schunk %d, size %d: %d cycles in %.0f s: %s; requests %s"
+    M.log ("%s%schunk %d, size %d: %d cycles in %.0f s: %s; requests %s"
            % ("NBD backing store (faultdisk), " if fd else "",
+              "ram-size=%s, " % RAM_SIZE if RAM_SIZE else "",
               CHUNK, SIZE, cycle - 1, time.monotonic () - t0, stats,
               wl.counts))
 

@@ -74,6 +74,11 @@ class Control:
         if time.monotonic () - self.last > self.IDLE_RECONNECT_S:
             self.close ()
             self._connect ()
+        # A request that waits (wait-populated MS, sync MS) may take its
+        # whole bound before it answers: read for that long, and more.
+        w = line.split ()
+        wait_s = int (w[1]) / 1000 if len (w) == 2 and w[1].isdigit () else 0
+        self.sock.settimeout (max (self.timeout, wait_s + 30))
         self.sock.sendall (line + b"\n")
         data = []
         while True:

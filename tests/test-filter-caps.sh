@@ -51,7 +51,10 @@ def nwriters ():
 def body ():
     rng = random.Random (11)
     ctl = M.Control (ctlpath)
-    ctl ("wait-populated 60000")
+    # Populate through the shell plugin forks a shell per read: 60 s
+    # were not enough under ASan on a loaded machine.  The bound only
+    # catches a hang.
+    ctl ("wait-populated 300000")
     st = ctl.status ()
     want = { "store": "plugin", "store_connections": 4,
              "store_thread_model": "serialize_requests",
@@ -141,7 +144,7 @@ uri, ctlpath, img, modelf = sys.argv[1:]
 def body ():
     rng = random.Random (12)
     ctl = M.Control (ctlpath)
-    ctl ("wait-populated 60000")
+    ctl ("wait-populated 300000")
     if ctl.status ()["store_can_flush"]:
         M.fail ("store_can_flush is true for a plugin that cannot flush")
     m = M.Model.from_file (modelf)
@@ -178,7 +181,7 @@ fast_ok = zmode == "native" and plugin_fast == "true"
 def body ():
     rng = random.Random ("zero-" + zmode)
     ctl = M.Control (ctlpath)
-    ctl ("wait-populated 60000")
+    ctl ("wait-populated 300000")
     st = ctl.status ()
     if st["store_zero"] != zmode:
         M.fail ("store_zero = %r, expected %r" % (st["store_zero"], zmode))
@@ -253,7 +256,7 @@ for ext in yes no; do
     fi
     start_rb h --
     RB_PLUGIN=()
-    ctl "$h_ctl" wait-populated 60000
+    ctl "$h_ctl" wait-populated 300000
     loaded=$(status_field "$h_ctl" loaded_bytes)
     bs=$(status_field "$h_ctl" store_block_status)
     echo "extents $ext: block status $bs, loaded $loaded of $hsize bytes"
@@ -335,7 +338,7 @@ uri, ctlpath = sys.argv[1:]
 
 def body ():
     ctl = M.Control (ctlpath)
-    ctl ("wait-populated 60000")
+    ctl ("wait-populated 300000")
     st = ctl.status ()
     if not st["store_read_only"] or not st["populated"]:
         M.fail ("status: %r" % st)

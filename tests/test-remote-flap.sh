@@ -17,8 +17,10 @@ truncate -s "$size" "$TMP/back.img"
 start_remote srv file "$TMP/back.img"
 
 # The proxy: relays to the server; while $TMP/flap exists it closes each
-# connection 50 ms after accepting it.  Counts connections in $TMP/count.
-touch "$TMP/flap"
+# connection 50 ms after accepting it (or after the file appears).
+# Counts connections in $TMP/count.  ramback starts before the flapping
+# does: its start needs one handshake through, which 50 ms do not always
+# allow on a loaded machine.
 py - "$TMP/proxy.sock" "$srv_sock" "$TMP/flap" "$TMP/count" <<'PY' &
 import os, socket, sys, threading, time
 lsock, target, flap, count = sys.argv[1:]
@@ -45,13 +47,16 @@ def serve (c):
     t.connect (target)
     threading.Thread (target=pump, args=(c, t), daemon=True).start ()
     threading.Thread (target=pump, args=(t, c), daemon=True).start ()
-    if os.path.exists (flap):
+    while not os.path.exists (flap):
         time.sleep (0.05)
-        for s in (c, t):
-            try:
-                s.shutdown (socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if c.fileno () < 0:
+            return
+    time.sleep (0.05)
+    for s in (c, t):
+        try:
+            s.shutdown (socket.SHUT_RDWR)
+        except OSError:
+            pass
 while True:
     c, _ = srv.accept ()
     n += 1
@@ -65,6 +70,7 @@ cleanup_fn kill_if_running "$proxy"
 for (( i=0; i<100; i++ )); do [ -S "$TMP/proxy.sock" ] && break; sleep 0.1; done
 
 start_rb rb back="nbd+unix:///?socket=$TMP/proxy.sock" populate=false
+touch "$TMP/flap"
 head -c 1048576 /dev/urandom >"$TMP/data"
 py - "$rb_uri" "$TMP/data" <<'PY'
 import sys, nbd

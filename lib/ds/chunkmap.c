@@ -646,3 +646,42 @@ chunkmap_all (const struct chunkmap *cm, uint64_t first, uint64_t n,
   }
   return true;
 }
+
+bool
+chunkmap_evict (struct chunkmap *cm, uint64_t c)
+{
+  uint64_t w = c / PER_WORD, shift = 2 * (c % PER_WORD);
+  uint64_t old = rb_atomic_load (&cm->words[w]), s, end;
+
+  do {
+    if (((old >> shift) & 3) != CS_CLEAN)
+      return false;
+  } while (!rb_atomic_cas (&cm->words[w], &old,
+                           old & ~(UINT64_C (3) << shift)));
+  rb_atomic_sub (&cm->loaded, 1);
+  sumbits_set (&cm->empty_hint, w);
+  if (cm->sect == NULL)
+    return true;
+  s = c << cm->sect_per_chunk_shift;
+  end = s + (UINT64_C (1) << cm->sect_per_chunk_shift);
+  while (s < end) {
+    unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
+
+    chunkmap_take_bits (cm, s, n);
+    if (cm->part)
+      rb_atomic_and (&cm->valid[s / 64], ~bit_range (s % 64, n));
+    s += n;
+  }
+  if (cm->part) {
+    uint64_t m = UINT64_C (1) << (c % 64), *pw = &cm->part[c / 64];
+    uint64_t p = rb_atomic_load (pw);
+
+    while (p & m) {
+      if (rb_atomic_cas (pw, &p, p & ~m)) {
+        rb_atomic_sub (&cm->npartial, 1);
+        break;
+      }
+    }
+  }
+  return true;
+}

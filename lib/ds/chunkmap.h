@@ -28,8 +28,14 @@
  *                         a write that races with the store re-dirties
  *                         the chunk and it is stored again
  *   CLEAN -> DIRTY        a failed store or sync puts it back
- * Nothing ever returns to EMPTY: once a chunk is loaded it stays loaded,
- * which is what lets the I/O fast path skip all locking.
+ * Nothing returns to EMPTY while the whole device fits in RAM: once a
+ * chunk is loaded it stays loaded, which is what lets the I/O fast path
+ * skip all locking.  The one exception is eviction (ram-size= smaller
+ * than the device, engine/slots.c):
+ *   CLEAN -> EMPTY        the evictor, holding a range over the chunk,
+ *                         after the chunk's last write back was synced
+ *                         (chunkmap_evict); the I/O fast path is off
+ *                         then, and every access to RAM holds a range.
  *
  * Sector bits (optional, chunkmap_init_sectors): one bit per sector
  * (4 KiB, or the chunk if smaller) in a flat bitmap, 32 MiB per TiB,
@@ -225,6 +231,14 @@ extern bool chunkmap_complete (struct chunkmap *cm, uint64_t c);
  * P.  Range held.
  */
 extern void chunkmap_make_whole (struct chunkmap *cm, uint64_t c);
+
+/* Chunk c leaves RAM (evict.h, engine/slots.c): CLEAN -> EMPTY, and
+ * its sector bits, P and V cleared (the rules above about P and V
+ * that keep lock-free readers safe do not apply: with eviction every
+ * access holds a range).  The caller holds a range over the chunk.
+ * False (nothing changed) if c is not CLEAN.
+ */
+extern bool chunkmap_evict (struct chunkmap *cm, uint64_t c);
 
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);

@@ -111,6 +111,10 @@ rb_open (const struct rb_config *config)
   rb->chunk_shift = __builtin_ctz (rb->chunk_size);
   rb->nchunks = (rb->size + rb->chunk_size - 1) >> rb->chunk_shift;
 
+  /* ram-size= (slots.c), before anything is opened or replayed. */
+  if (rbi_slots_check (rb) == -1)
+    goto fail;
+
   /* Recovery comes first: the journal's committed transactions are
    * replayed onto the store before anything is taken from it, RAM
    * image included.
@@ -135,6 +139,8 @@ rb_open (const struct rb_config *config)
                                               RB_SECTOR_SHIFT),
       .path = rb->cfg.ram,
       .overcommit = rb->cfg.allow_overcommit,
+      .budget = rb->cfg.ram_size && rb->cfg.ram_size < rb->size
+        ? rb->cfg.ram_size : 0,
       .back_uri = rb->cfg.store.uri,
       .back_id = rb->store->id,
       .resume = (enum ramimage_resume) rb->cfg.resume,
@@ -183,6 +189,8 @@ rb_open (const struct rb_config *config)
                   PRIu64 " chunks", rb->nchunks);
     goto fail;
   }
+  if (rbi_slots_init (rb) == -1)
+    goto fail;
   if (rb->ram.source != RAMIMAGE_POPULATED) {
     rbi_resume_map (rb);
     rbi_check_populated (rb);
@@ -270,6 +278,7 @@ rb_close (struct rb *rb)
   /* Everything reached the store and was synced: nothing is NB. */
   if (r == 0 && rb->map.words)
     rbi_nb_clear_all (rb);
+  rbi_slots_free (rb);
   if (rb->map.words)
     chunkmap_free (&rb->map);
   /* A ram= file is kept either way; clean says what it holds. */
@@ -376,6 +385,12 @@ void
 rbi_recompute_limit (struct rb *rb)
 {
   uint64_t limit = rb->cfg.dirty_max;
+
+  /* ram-size=: dirty chunks cannot be evicted, so half the budget
+   * stays for reads unless dirty-max= says otherwise (slots.c).
+   */
+  if (limit == 0 && rb->slotted)
+    limit = (rb->nslots << rb->chunk_shift) / 2;
 
   if (rb->cfg.ups_window > 0) {
     uint64_t bw = rb_atomic_load (&rb->flush_bw.bps), ups;

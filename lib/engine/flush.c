@@ -487,6 +487,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
 
   *written += bytes;
   rbi_recompute_limit (rb);
+  rbi_slots_notify (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_broadcast (&rb->space_cond);
@@ -654,11 +655,18 @@ redirty_suspects (struct rb *rb)
 
   if (rb->store->ops->take_suspects == NULL)
     return false;
+  /* With ram-size=, under sync_lock: the evictor (slots.c) must not
+   * see a range taken from the store and not yet dirty again.
+   */
+  if (rb->slotted)
+    rb_mutex_lock (&rb->sync_lock);
   do {
     n = rb->store->ops->take_suspects (rb->store, r, 16, &pending);
     for (i = 0; i < n; i++)
       rbi_redirty (rb, r[i].offset, r[i].count);
   } while (n == 16);
+  if (rb->slotted)
+    rb_mutex_unlock (&rb->sync_lock);
   return pending;
 }
 
@@ -705,6 +713,8 @@ rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
     }
   }
   rbi_recompute_limit (rb);
+  /* ram-size=: what was written back and synced may leave RAM now. */
+  rbi_slots_trim (rb);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   rbi_sync_answer_locked (rb, fs->target, err);
@@ -1005,6 +1015,8 @@ rbi_sync_store (struct rb *rb, uint64_t gen)
     rbi_nb_retire (rb, &snap);
     retire (rb, &snap);
     rb_free (snap.v);
+    /* What it covered may be evicted now (ram-size=, slots.c). */
+    rbi_slots_notify (rb);
     return 0;
   }
   err = errno ? errno : EIO;

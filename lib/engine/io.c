@@ -572,6 +572,92 @@ journal_write (struct rb *rb, const struct req *r)
   return ret;
 }
 
+/* ram-size= smaller than the device (slots.c): no lock-free path, as
+ * a chunk may leave RAM; every request holds a range over its chunks,
+ * which the evictor takes too.  A request goes in pieces of at most
+ * rb->piece_chunks chunks, each of which reserves a slot per chunk
+ * first, unless all of its chunks were whole at the check.  Writes
+ * take the slow path (or writethrough) piece by piece: NBD promises
+ * no atomicity for a write, and each piece is done in full before the
+ * next begins.
+ */
+
+/* Are chunks [c0, c1] whole?  A hint, checked again under the range. */
+static bool
+all_whole (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  return chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED) &&
+    !chunkmap_any_partial (&rb->map, c0, c1 - c0 + 1);
+}
+
+static void
+hit (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  uint64_t c;
+
+  rb_atomic_add (&rb->hits, 1);
+  for (c = c0; c <= c1; c++)
+    evict_touch (&rb->evict, c);
+}
+
+/* The end of the piece of [offset, end) that starts at offset. */
+static uint64_t
+piece_end (struct rb *rb, uint64_t offset, uint64_t end)
+{
+  uint64_t lim = rbi_chunk_offset (rb, rbi_chunk_of (rb, offset) +
+                                   rb->piece_chunks);
+
+  return RB_MIN (end, lim);
+}
+
+static int
+slotted_write (struct rb *rb, const struct req *r)
+{
+  uint64_t off = r->offset, end = r->offset + r->count;
+
+  while (off < end) {
+    uint64_t pend = piece_end (rb, off, end), n = 0;
+    struct req p = *r;
+    int ret;
+
+    p.offset = off;
+    p.count = pend - off;
+    p.c0 = rbi_chunk_of (rb, off);
+    p.c1 = rbi_chunk_of (rb, pend - 1);
+    if (r->buf)
+      p.buf = (const char *) r->buf + (off - r->offset);
+    if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
+        ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
+      if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) &&
+          !rb->store->can_zero) {
+        rb_set_error (ENOTSUP, "fast zero: the backing store cannot zero "
+                      "without writing zeroes");
+        return -1;
+      }
+    }
+    else
+      rbi_throttle (rb);
+    if (all_whole (rb, p.c0, p.c1))
+      hit (rb, p.c0, p.c1);
+    else {
+      rb_atomic_add (&rb->misses, 1);
+      n = p.c1 - p.c0 + 1;
+      if (rbi_slots_reserve (rb, n) == -1)
+        return -1;
+    }
+    if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
+        ((r->flags & RB_FUA) && rb->cfg.fsync_wait))
+      ret = writethrough (rb, &p);
+    else
+      ret = slow_path (rb, &p);
+    rbi_slots_unreserve (rb, n);
+    if (ret == -1)
+      return -1;
+    off = pend;
+  }
+  return 0;
+}
+
 static int
 do_write (struct rb *rb, const struct req *r)
 {
@@ -580,6 +666,8 @@ do_write (struct rb *rb, const struct req *r)
     rb_set_error (EROFS, "the backing store is read-only");
     return -1;
   }
+  if (rb->slotted)
+    return slotted_write (rb, r);
   if (rb->jops)
     return journal_write (rb, r);
   if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
@@ -604,7 +692,7 @@ do_write (struct rb *rb, const struct req *r)
 static bool
 try_write (struct rb *rb, struct req *r)
 {
-  if (rb->store->read_only || rb->jops ||
+  if (rb->store->read_only || rb->jops || rb->slotted ||
       rb_atomic_load (&rb->mode) != RB_MODE_WRITEBACK ||
       ((r->flags & RB_FUA) && rb->cfg.fsync_wait) ||
       rbi_over_dirty_limit (rb) || !loaded (rb, r->c0, r->c1))
@@ -644,6 +732,63 @@ load_miss (struct rb *rb, uint64_t offset, uint64_t count)
   return r;
 }
 
+/* A read (or NBD_CMD_CACHE, buf and data NULL) with ram-size=: piece
+ * by piece, each under a range over its chunks, loaded if need be with
+ * slots reserved, and copied out before the range goes.
+ */
+static int
+slotted_read (struct rb *rb, void *buf, struct rb_data *data,
+              uint32_t count, uint64_t offset)
+{
+  uint64_t off = offset, end = offset + count;
+
+  while (off < end) {
+    uint64_t pend = piece_end (rb, off, end), n = 0, start, rend;
+    uint64_t c0 = rbi_chunk_of (rb, off), c1 = rbi_chunk_of (rb, pend - 1);
+    struct rl_node node;
+    int r = 0;
+
+    range_of (rb, c0, c1, &start, &rend);
+    for (;;) {
+      rangelock_acquire (&rb->rl, &node, start, rend, RL_LOAD);
+      if (all_whole (rb, c0, c1) || n > 0)
+        break;
+      /* Not all in RAM: reserve slots, without holding the range. */
+      rangelock_release (&rb->rl, &node);
+      n = c1 - c0 + 1;
+      if (rbi_slots_reserve (rb, n) == -1)
+        return -1;
+    }
+    if (n == 0)
+      hit (rb, c0, c1);
+    else if (!all_whole (rb, c0, c1)) {
+      rb_atomic_add (&rb->misses, 1);
+      rbi_note_miss (rb);
+      if (sectored (rb)) {
+        uint64_t sz = UINT64_C (1) << rb->sector_shift;
+
+        r = rbi_load_sectors (rb, off & ~(sz - 1),
+                              RB_MIN ((pend + sz - 1) & ~(sz - 1), rb->size),
+                              true);
+      }
+      else
+        r = rbi_load_chunks (rb, c0, c1 - c0 + 1);
+    }
+    else
+      hit (rb, c0, c1);
+    if (r == 0 && buf)
+      copy_out (rb, (char *) buf + (off - offset), NULL, pend - off, off);
+    else if (r == 0 && data)
+      rb_assert (!"ram-size= with a struct rb_data");
+    rangelock_release (&rb->rl, &node);
+    rbi_slots_unreserve (rb, n);
+    if (r == -1)
+      return -1;
+    off = pend;
+  }
+  return 0;
+}
+
 /* Make sure [offset, offset+count) is loaded (reads, NBD_CMD_CACHE). */
 static int
 ensure_loaded (struct rb *rb, uint64_t offset, uint64_t count)
@@ -681,6 +826,8 @@ do_read (struct rb *rb, void *buf, struct rb_data *data, uint32_t count,
   if (count == 0)
     return 0;
   trace_read (rb, count, offset);
+  if (rb->slotted)
+    return slotted_read (rb, buf, data, count, offset);
   if (ensure_loaded (rb, offset, count) == -1)
     return -1;
   copy_out (rb, buf, data, count, offset);
@@ -707,7 +854,7 @@ rbi_try_pread (struct rb *rb, struct rb_data *data, uint32_t count,
 {
   if (count == 0)
     return true;
-  if (!loaded (rb, rbi_chunk_of (rb, offset),
+  if (rb->slotted || !loaded (rb, rbi_chunk_of (rb, offset),
               rbi_chunk_of (rb, offset + count - 1)))
     return false;
   trace_read (rb, count, offset);
@@ -785,6 +932,8 @@ rb_cache (struct rb *rb, uint32_t count, uint64_t offset)
 {
   if (count == 0)
     return 0;
+  if (rb->slotted)
+    return slotted_read (rb, NULL, NULL, count, offset);
   return ensure_loaded (rb, offset, count);
 }
 

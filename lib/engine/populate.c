@@ -451,11 +451,11 @@ rbi_populator_state_init (struct rb_populator_state *ps)
  * before the next (internal.h): 0, a back-off after a failure, or
  * RB_STEP_DONE once everything is loaded.
  */
-uint64_t
-rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
+static uint64_t
+populate_step (struct rb *rb, struct rb_populator_state *ps, bool yielding,
+               uint64_t max_chunks)
 {
   uint64_t data, data_end, next, p, t0 = rb_now_ns ();
-  bool yielding = clients_missing (rb);
 
   if (chunkmap_loaded (&rb->map) >= rb->nchunks &&
       chunkmap_npartial (&rb->map) == 0)
@@ -488,12 +488,15 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 
   data = next_data_chunk (rb, ps->c, &data_end);
   if (data > ps->c) {
-    mark_hole (rb, ps->c, data - ps->c);
-    ps->c = data;
+    uint64_t n = RB_MIN (data - ps->c, max_chunks);
+
+    mark_hole (rb, ps->c, n);
+    ps->c += n;
     return 0;
   }
   next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1),
-                     batch_budget (rb, yielding));
+                     RB_MIN (batch_budget (rb, yielding),
+                             max_chunks << rb->chunk_shift));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
     ps->backoff = rbi_backoff_next_ms (ps->backoff);
@@ -502,6 +505,34 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
   ps->backoff = BACKOFF_MIN_MS;
   ps->c = next;
   return yielding ? (rb_now_ns () - t0) * YIELD_FACTOR : 0;
+}
+
+/* With ram-size= smaller than the device (slots.c) populate is a
+ * prefetch: each batch takes free slots (never evicting), and once
+ * none are free it stops for good, leaving the room to the misses.
+ */
+uint64_t
+rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
+{
+  bool yielding = clients_missing (rb);
+  uint64_t got, delay;
+
+  if (!rb->slotted)
+    return populate_step (rb, ps, yielding, UINT64_MAX >> rb->chunk_shift);
+  got = rbi_slots_try_reserve (rb, RB_MAX (batch_budget (rb, yielding) >>
+                                           rb->chunk_shift, UINT64_C (1)));
+  if (got == 0) {
+    rb_log ("populate: ram-size= is full, the prefetch stops with %" PRIu64
+            " of %" PRIu64 " chunks in RAM", chunkmap_loaded (&rb->map),
+            rb->nchunks);
+    rb_atomic_store (&rb->prefetch_done, true);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_broadcast (&rb->populated_cond);
+    return RB_STEP_DONE;
+  }
+  delay = populate_step (rb, ps, yielding, got);
+  rbi_slots_unreserve (rb, got);
+  return delay;
 }
 
 /* The POSIX populator thread: pause in writethrough mode, wait out what
@@ -563,7 +594,8 @@ rb_wait_populated (struct rb *rb, int timeout_ms)
   uint64_t deadline = rb_deadline_ms (timeout_ms);
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  while (!rb_atomic_load (&rb->populated)) {
+  while (!rb_atomic_load (&rb->populated) &&
+         !rb_atomic_load (&rb->prefetch_done)) {
     if (rb->stopping) {
       rb_set_error (ESHUTDOWN, "wait-populated: shutting down");
       return -1;

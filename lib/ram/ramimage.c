@@ -64,15 +64,17 @@ round_up (uint64_t x, uint64_t a)
 }
 
 static int
-check_fits (uint64_t size, uint64_t avail, const char *what, bool overcommit)
+check_fits (uint64_t size, uint64_t avail, const char *what, bool overcommit,
+            bool budget)
 {
   if (avail == 0 || size <= avail || overcommit)
     return 0;
   rb_set_error (ENOMEM,
-                "the device (%" PRIu64 " bytes) is larger than %s "
-                "(%" PRIu64 " bytes); use a smaller backing store, or "
+                "the %s (%" PRIu64 " bytes) is larger than %s "
+                "(%" PRIu64 " bytes); use a smaller %s, or "
                 "overcommit=true if it is sparse and will never be filled",
-                size, what, avail);
+                budget ? "ram-size=" : "device", size, what, avail,
+                budget ? "ram-size=" : "backing store");
   return -1;
 }
 
@@ -911,18 +913,41 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
    * RAM would call the out of memory killer rather than fail.
    */
   if (l.tmpfs && !p->overcommit && rb_phys_mem () > 0 &&
-      p->size > rb_phys_mem ()) {
-    rb_set_error (ENOMEM, "ram=%s: the device (%" PRIu64 " bytes) is larger "
+      (p->budget ? p->budget : p->size) > rb_phys_mem ()) {
+    rb_set_error (ENOMEM, "ram=%s: the %s (%" PRIu64 " bytes) is larger "
                   "than the machine's RAM (%" PRIu64 " bytes), where a "
-                  "tmpfs lives; use a smaller backing store, or "
+                  "tmpfs lives; use a smaller %s, or "
                   "overcommit=true if it is sparse and will never be filled",
-                  p->path, p->size, rb_phys_mem ());
+                  p->path, p->budget ? "ram-size=" : "device",
+                  p->budget ? p->budget : p->size, rb_phys_mem (),
+                  p->budget ? "ram-size=" : "backing store");
+    goto fail_resume;
+  }
+  /* ram-size=: evicted chunks are holes punched in the file, which
+   * hugetlbfs only frees in whole huge pages.
+   */
+  if (p->budget && l.hugetlbfs && p->chunk_size % ri->block != 0) {
+    rb_set_error (EINVAL, "ram=%s is on hugetlbfs, whose pages are %" PRIu64
+                  " bytes: with ram-size= an evicted chunk must free whole "
+                  "pages, so give chunk=%" PRIu64 " or larger, or put ram= "
+                  "on a tmpfs", p->path, ri->block, ri->block);
+    goto fail_resume;
+  }
+  if (p->budget && !p->overcommit && l.free_bytes < p->budget &&
+      fstat (fd, &st) == 0 &&
+      l.free_bytes + (uint64_t) st.st_blocks * 512 < p->budget) {
+    rb_set_error (ENOSPC, "ram=%s: ram-size=%" PRIu64 " does not fit on "
+                  "that file system (%" PRIu64 " bytes free): make room "
+                  "(for a tmpfs, mount -o remount,size=...), give a smaller "
+                  "ram-size=, or overcommit=true", p->path, p->budget,
+                  l.free_bytes);
     goto fail_resume;
   }
   /* A resumed image that is allocated in full already (a reserved one
-   * stays so) needs no second pass over its pages.
+   * stays so) needs no second pass over its pages.  With ram-size= the
+   * file stays sparse: its holes are the chunks not in RAM.
    */
-  if (!p->overcommit) {
+  if (!p->overcommit && !p->budget) {
     if (d == RESUME && fstat (fd, &st) == 0 &&
         (uint64_t) st.st_blocks * 512 >= ri->file_size)
       ri->reserved = true;
@@ -930,7 +955,7 @@ open_file (struct ramimage *ri, const struct ramimage_params *p)
       goto fail_resume;
   }
 
-  flags = MAP_SHARED | (p->overcommit ? MAP_NORESERVE : 0);
+  flags = MAP_SHARED | (p->overcommit || p->budget ? MAP_NORESERVE : 0);
   ri->file_map = mmap (NULL, ri->file_size, PROT_READ | PROT_WRITE, flags,
                        fd, 0);
   if (ri->file_map == MAP_FAILED) {
@@ -1010,8 +1035,8 @@ ramimage_open (struct ramimage *ri, const struct ramimage_params *p)
 
   ri->block = ps;
   ri->mapped = round_up (p->size ? p->size : 1, ps);
-  if (check_fits (p->size, rb_phys_mem (), "the machine's RAM",
-                  p->overcommit) == -1)
+  if (check_fits (p->budget ? p->budget : p->size, rb_phys_mem (),
+                  "the machine's RAM", p->overcommit, p->budget != 0) == -1)
     return -1;
   /* NORESERVE: pages are only committed when written, so a sparse
    * overcommitted device costs what is actually used.

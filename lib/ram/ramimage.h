@@ -203,6 +203,13 @@ struct ramimage_params {
   const char *path;           /* ram=, or NULL for anonymous memory */
   bool overcommit;            /* allow more than RAM / free space, do
                                  not reserve the ram= file */
+  uint64_t budget;            /* ram-size= when smaller than size, else
+                                 0: at most this much of the image is
+                                 ever in memory at once (the rest is
+                                 given back with ramimage_zero), so the
+                                 checks of RAM and free space are made
+                                 against it and a ram= file is sparse,
+                                 not reserved */
   /* The backing store: compared with ram=, recorded in the header. */
   const char *back_uri;
   struct rb_store_id back_id;

@@ -102,6 +102,8 @@ static int crash_kind;
 static uint64_t last_progress_ns;
 #define LIVENESS_NS (UINT64_C (3600) * 1000000000)
 
+static void limit_track (void);
+
 static void
 point_hook (uint64_t point)
 {
@@ -115,6 +117,7 @@ point_hook (uint64_t point)
     sim_fail ("no progress for %" PRIu64 " simulated seconds%s",
               LIVENESS_NS / 1000000000,
               sim->stop_started_ns ? " during a clean stop" : "");
+  limit_track ();
 }
 
 static void
@@ -174,12 +177,32 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
   c->journal_size = (UINT64_C (1) << 20) + 4096 * PICK (256);
   c->can_fua = PICK (2);
   c->crash_permille = (unsigned[]) { 0, 15, 40, 80 }[PICK (4)];
+  /* Picked last, so that the picks above stay what they were for the
+   * seeds before it.  ram-size= needs 16 chunks and no journal=, and
+   * dirty-max= below it.
+   */
+  {
+    uint64_t nchunks = (c->size + c->chunk_size - 1) / c->chunk_size;
+
+    if (!c->journal && nchunks > 17 && PICK (2)) {
+      c->ram_size = (16 + PICK (nchunks - 17)) * (uint64_t) c->chunk_size;
+      if (c->dirty_max >= c->ram_size)
+        c->dirty_max = c->ram_size / 2;
+    }
+  }
 }
 
 /* ---- the engine ---- */
 
 static struct rb *rb;
 static struct rb *idle_rb;      /* the engine, while it runs (idle_check) */
+/* The dirty limit (limit_track, limit_check) */
+static bool limit_armed;        /* T is meaningful */
+static uint64_t limit_failures; /* disk failures seen at the last point */
+static uint64_t limit_owed;     /* chunks of the requests that may have
+                                   passed the throttle since T */
+static uint32_t limit_counted[SIM_MAX_CLIENTS]; /* in limit_owed */
+static bool limit_fua[SIM_MAX_CLIENTS]; /* a FUA request, fsync=wait */
 static bool stop_clients;
 static rb_thread client_threads[SIM_MAX_CLIENTS];
 
@@ -213,19 +236,22 @@ open_engine (void)
   c.journal = k->journal ? journal : NULL;
   c.commit_interval_ms = k->commit_interval_ms;
   c.allow_overcommit = true;
+  c.ram_size = k->ram_size;
   sim_trace ("open (lifetime %u): size %" PRIu64 " chunk %" PRIu32
              " %s fsync=%s%s%s dirty-max=%" PRIu64 " flush-delay=%" PRIu32
-             " clients %d switch %u", sim->lifetime, k->size, k->chunk_size,
+             " clients %d switch %u ram-size=%" PRIu64, sim->lifetime,
+             k->size, k->chunk_size,
              k->writethrough ? "writethrough" : "writeback",
              k->fsync_wait ? "wait" : "ignore", k->journal ? " journal" : "",
              k->ram ? " ram" : "", k->dirty_max, k->flush_delay_ms,
-             k->clients, k->switch_permille);
+             k->clients, k->switch_permille, k->ram_size);
   rb = rb_open (&c);
   if (rb == NULL)
     sim_fail ("rb_open failed: %s", rb_get_error ());
   if (rb_start (rb) == -1)
     sim_fail ("rb_start failed: %s", rb_get_error ());
   idle_rb = rb;
+  limit_armed = false;
 }
 
 /* Read the whole device and check it against what a restart may find. */
@@ -295,6 +321,145 @@ hint_set (const struct sumbits *sb, uint64_t i)
   return true;
 }
 
+/* The dirty limit (dirty-max=; docs/nbdkit-ramback-plugin.pod, "DIRTY
+ * LIMIT"): the data held only in RAM or not yet durable, as io.c's
+ * throttle counts it,
+ *
+ *   D = (dirty chunks + chunks in flight to the store) * chunk size
+ *       + bytes written back but not yet synced,
+ *
+ * grows only by client requests, and a throttled request (a write,
+ * zero or trim in writeback mode, not FUA with fsync=wait) waits while
+ * D >= dirty-max before it changes anything.  The bound, checked at
+ * rest (every fiber blocked: no counter is half updated), is
+ *
+ *   D < dirty-max + owed,
+ *
+ * where owed, reset whenever D is below the limit at rest (T), sums
+ * over the requests that may have changed D since T: those in progress
+ * at T, those in progress at any scheduling point since at which D was
+ * below the limit (the flusher moves chunks out of DIRTY before it
+ * counts them in flight, so D dips by a batch meanwhile, and the
+ * throttle's own reads see the dip), and those not throttled
+ * (writethrough mode at that point, or FUA with fsync=wait; their
+ * bytes count as unsynced), each twice its chunks (limit_span).  This
+ * is the engine's "exceeded by at most the writes in progress at once".
+ *
+ * Not checked with journal=: the committer, not the flusher, drains
+ * the dirty data there, and counts a transaction's chunks in flight
+ * until it is in place, once per transaction that holds a chunk
+ * (check_stats); D was seen at the limit there with no request in
+ * progress since it was last below (seed 1002), which this bound does
+ * not model.  Nor where D grows with no request:
+ *   - with ups-window=, whose limit moves with the measured bandwidth
+ *     (a limit that drops leaves D above it);
+ *   - after a failed write or sync on either disk: a failed sync
+ *     re-dirties everything written since the last good one, and
+ *     unsynced bytes (sectors) come back as whole dirty chunks;
+ *   - at the start of a lifetime: a resumed ram= image or a replayed
+ *     journal brings back what the previous process held, and the
+ *     requests that put it there died with it.
+ * In those cases the check is armed again once D is below the limit at
+ * rest.
+ */
+
+static uint64_t
+limit_d (void)
+{
+  return (idle_rb->map.dirty + idle_rb->inflight_chunks) *
+    (uint64_t) idle_rb->chunk_size + idle_rb->unsynced_bytes;
+}
+
+/* What one request may add to D: its chunks twice.  A request dirties
+ * its chunks before RAM changes (premark_dirty: everything with ram=,
+ * a zero's whole chunks) and again after (mark_dirty), and the flusher
+ * may take them in flight in between.
+ */
+static uint64_t
+limit_span (const struct sim_rec *r)
+{
+  uint64_t cs = idle_rb->chunk_size, cu = cs / SIM_UNIT;
+
+  return 2 * ((r->u0 + r->nu - 1) / cu - r->u0 / cu + 1) * cs;
+}
+
+/* Count the requests in progress now (only the unthrottled ones if
+ * unthrottled), each once: all of them after a reset (at rest, D below
+ * the limit: T), else the ones not counted yet.
+ */
+static void
+limit_owe (bool reset, bool unthrottled)
+{
+  int c;
+
+  if (reset)
+    limit_owed = 0;
+  for (c = 0; c < SIM_MAX_CLIENTS; c++) {
+    if (sim->inflight[c] == 0 || (unthrottled && !limit_fua[c]) ||
+        (!reset && limit_counted[c] == sim->inflight[c]))
+      continue;
+    limit_owed += limit_span (&sim->recs[sim->inflight[c]]);
+    limit_counted[c] = sim->inflight[c];
+  }
+}
+
+static bool
+limit_applies (void)
+{
+  return idle_rb != NULL && sim->cfg.dirty_max != 0 &&
+    !sim->cfg.ups_window && !sim->cfg.journal;
+}
+
+/* Every scheduling point: a request in progress while D is below the
+ * limit may pass the throttle.
+ */
+static void
+limit_track (void)
+{
+  uint64_t failures;
+
+  if (!limit_applies ())
+    return;
+  failures = sim->back.failures + sim->jdev.failures;
+  if (failures != limit_failures) {
+    limit_failures = failures;
+    limit_armed = false;
+  }
+  /* Writethrough (the mode is read once per request) and FUA writes
+   * with fsync=wait do not wait for the throttle: they count whatever D
+   * is.  They add their bytes as unsynced.
+   */
+  if (limit_armed && (limit_d () < sim->cfg.dirty_max ||
+                      idle_rb->mode == RB_MODE_WRITETHROUGH))
+    limit_owe (false, false);
+  else if (limit_armed)
+    limit_owe (false, true);
+}
+
+/* At rest. */
+static void
+limit_check (void)
+{
+  uint64_t d;
+
+  limit_track ();
+  if (!limit_applies ())
+    return;
+  d = limit_d ();
+  if (d < sim->cfg.dirty_max) {
+    limit_armed = true;
+    limit_owe (true, false);
+  }
+  else if (limit_armed && d >= sim->cfg.dirty_max + limit_owed)
+    sim_fail ("at rest: over the dirty limit: %" PRIu64 " dirty and %"
+              PRIu64 " in-flight chunks of %" PRIu32 " bytes and %" PRIu64
+              " unsynced bytes make %" PRIu64 ", dirty-max=%" PRIu64
+              " plus %" PRIu64 " for the requests that may have passed "
+              "the throttle since it was last below", idle_rb->map.dirty,
+              idle_rb->inflight_chunks, idle_rb->chunk_size,
+              idle_rb->unsynced_bytes, d, sim->cfg.dirty_max, limit_owed);
+}
+
 static void
 idle_check (void)
 {
@@ -338,6 +503,7 @@ idle_check (void)
     sim_fail ("at rest: a counter wrapped below zero: inflight_chunks %"
               PRIu64 " unsynced_bytes %" PRIu64, idle_rb->inflight_chunks,
               idle_rb->unsynced_bytes);
+  limit_check ();
 }
 
 /* ---- clients ---- */
@@ -407,6 +573,7 @@ do_op (int c)
   else if (op < 65) {
     if (sim_rand_below (4) == 0)
       flags |= RB_FUA;
+    limit_fua[c] = (flags & RB_FUA) && sim->cfg.fsync_wait;
     id = model_begin (c, REC_DATA, u0, nu);
     model_fill (id, u0, nu, buf);
     sim_trace ("write #%u %" PRIu64 "+%" PRIu64 "%s", id, off, len,
@@ -422,6 +589,7 @@ do_op (int c)
       flags |= RB_FUA;
     if (!trim && sim_rand_below (5) == 0)
       flags |= RB_FAST_ZERO;
+    limit_fua[c] = (flags & RB_FUA) && sim->cfg.fsync_wait;
     id = model_begin (c, REC_ZERO, u0, nu);
     sim_trace ("%s #%u %" PRIu64 "+%" PRIu64 "%s", trim ? "trim" : "zero",
                id, off, len, flags_str (flags));
@@ -518,11 +686,69 @@ control (const char *req)
   return ok;
 }
 
+/* Holes.  The store punches a hole for a zero request (sim-world.c,
+ * as the file store does with FALLOC_FL_PUNCH_HOLE), and the engine
+ * writes a chunk zeroed whole (ZERO in the chunk map) back with a zero
+ * request (flush.c, take_zero), never as zeroes of data.  So a chunk
+ * ZERO when a clean stop begins is a hole in the store after it: every
+ * sector of it unallocated.
+ *
+ * Checked only where the engine has no other way to that chunk:
+ *   - the flusher idle or in its flush-delay= wait when the stop
+ *     begins: a sweep in progress may have collected the chunk in a
+ *     run of DIRTY chunks before it turned ZERO, and such a run writes
+ *     its chunks from RAM as data, whatever they are by then (flush.c,
+ *     store_batch: the store must get what RAM holds);
+ *   - without journal=: the committer writes back, not the flusher,
+ *     and the flusher's flags say nothing of it.
+ * Chunks that are not ZERO are not checked: a zero that covers a chunk
+ * in part leaves it DIRTY with its sectors (io.c, move_dirty), a zero
+ * whose store request or sync failed comes back DIRTY (rbi_redirty), a
+ * resumed ram= image or a replayed journal gives data, and writethrough
+ * sends the zero itself and leaves the chunk CLEAN: in all those the
+ * zeroes go out as data or are not the stop's to write.  Returns the
+ * chunks to check (one byte each), or NULL.
+ */
+static uint8_t *
+holes_expected (void)
+{
+  const struct chunkmap *cm;
+  uint8_t *z;
+  uint64_t c;
+
+  if (idle_rb == NULL || sim->cfg.journal ||
+      !(idle_rb->flusher_idle || idle_rb->flusher_delaying))
+    return NULL;
+  cm = &idle_rb->map;
+  z = calloc (cm->nchunks, 1);
+  if (z == NULL)
+    sim_fail ("out of memory");
+  for (c = 0; c < cm->nchunks; c++)
+    z[c] = ((cm->words[c / 32] >> (c % 32 * 2)) & 3) == CS_ZERO;
+  return z;
+}
+
+static void
+check_holes (const uint8_t *z)
+{
+  uint32_t cu = sim->cfg.chunk_size / SIM_UNIT, u;
+
+  if (z == NULL)
+    return;
+  for (u = 0; u < sim->nunits; u++)
+    if (z[u / cu] && sim->back.alloc[u])
+      sim_fail ("the store after a clean stop: chunk %" PRIu32 " was "
+                "ZERO when the stop began, but its sector %" PRIu32 " is "
+                "allocated: the zero was written back as data, not as a "
+                "zero request (no hole punched)", u / cu, u);
+}
+
 /* Stop the engine cleanly; the store must then hold the model. */
 static void
 clean_stop (const char *why)
 {
   uint64_t ts;
+  uint8_t *zero_chunks;
   int r;
 
   join_clients ();
@@ -531,6 +757,7 @@ clean_stop (const char *why)
   sim->stop_started_ns = rb_now_ns ();
   last_progress_ns = rb_now_ns ();
   ts = model_tick ();
+  zero_chunks = holes_expected ();
   idle_rb = NULL;
   r = rb_close (rb);
   rb = NULL;
@@ -547,6 +774,8 @@ clean_stop (const char *why)
    */
   model_check_read (sim->back.pending, 0, sim->nunits, ts,
                     "the store after a clean stop", false);
+  check_holes (zero_chunks);
+  free (zero_chunks);
 }
 
 /* Control sync: OK means the backing store itself (its durable image)
@@ -703,7 +932,7 @@ run_seed (uint64_t seed, uint64_t ops, bool verbose, struct result *res)
   cfg.verbose = verbose;
   nunits = cfg.size / SIM_UNIT;
   total = sizeof *sim + 64 * 8
-    + 3 * cfg.size + cfg.size / SIM_UNIT
+    + 3 * cfg.size + 2 * cfg.size / SIM_UNIT
     + 3 * cfg.journal_size + cfg.journal_size / SIM_UNIT
     + (size_t) nunits * sizeof (struct sim_unit_hist)
     + (size_t) (8 * ops + 32 * nunits + 64) * sizeof (struct sim_rec);
@@ -721,6 +950,7 @@ run_seed (uint64_t seed, uint64_t ops, bool verbose, struct result *res)
   sim->back.pending = shared_alloc (&used, cfg.size);
   sim->back.durable = shared_alloc (&used, cfg.size);
   sim->back.dirty = shared_alloc (&used, cfg.size / SIM_UNIT);
+  sim->back.alloc = shared_alloc (&used, cfg.size / SIM_UNIT);
   sim->back.can_fua = cfg.can_fua;
   sim->jdev.name = "journal";
   sim->jdev.size = cfg.journal_size;

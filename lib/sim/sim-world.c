@@ -63,6 +63,22 @@ apply (struct sim_disk *d, const struct rb_io *io, const uint8_t *data)
     memset (d->pending + io->offset, 0, io->count);
   else
     memcpy (d->pending + io->offset, data, io->count);
+  /* A write allocates every sector it touches; a zero request punches
+   * the sectors it covers whole (a hole is whole blocks; the sectors it
+   * covers in part are zeroed in place and stay as they were).
+   */
+  if (d->alloc) {
+    uint64_t a = io->offset / SIM_UNIT, b = (io->offset + io->count) / SIM_UNIT;
+
+    if (io->op == RB_IO_ZERO) {
+      a = (io->offset + SIM_UNIT - 1) / SIM_UNIT;
+      if (b > a)
+        memset (d->alloc + a, 0, b - a);
+    }
+    else
+      memset (d->alloc + a, 1,
+              (io->offset + io->count + SIM_UNIT - 1) / SIM_UNIT - a);
+  }
   for (s = io->offset / SIM_UNIT; s <= (io->offset + io->count - 1) / SIM_UNIT;
        s++) {
     d->dirty[s] = 1;

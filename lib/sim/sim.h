@@ -38,6 +38,12 @@ struct sim_disk {
   const char *name;             /* "back", "journal" */
   uint64_t size;
   uint8_t *pending, *durable, *dirty;   /* dirty: one byte per sector */
+  /* Allocation, one byte per sector (the backing store only, else
+   * NULL), as reads see it: a write allocates, a zero request
+   * deallocates, as the file store punches a hole
+   * (FALLOC_FL_PUNCH_HOLE) for every RB_IO_ZERO it can.
+   */
+  uint8_t *alloc;
   bool can_fua;
   /* Faults, set by the nemesis: per request, in permille. */
   unsigned write_fail, sync_fail;
@@ -95,6 +101,7 @@ struct sim_cfg {
   uint64_t journal_size;
   bool can_fua;
   unsigned crash_permille;      /* chance per nemesis step of a crash */
+  uint64_t ram_size;            /* ram-size=, 0: the whole device */
   bool verbose;
 };
 

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* ramback: a device larger than its RAM (ram-size=).
+ *
+ * The RAM image keeps the device's size in address space (ramimage.h:
+ * anonymous memory mapped MAP_NORESERVE, or a sparse ram= file), and a
+ * chunk lives at its own offset in it.  What is bounded is how many
+ * chunks are resident: not EMPTY in the chunk map.  An evicted chunk's
+ * memory is given back to the system (ramimage_zero: MADV_DONTNEED, or
+ * a hole punched in the ram= file, which tmpfs frees), so the page
+ * tables are the chunk-to-slot table: no indirection on the I/O path,
+ * no copy to move a chunk, and a ram= file needs no slot table of its
+ * own to resume (its holes are the free slots, the chunk map says what
+ * the rest holds).  The budget is nslots = ram-size / chunk chunks.
+ *
+ * Reservations.  Whoever is about to make EMPTY chunks resident (a
+ * miss, a write to a chunk not in RAM, the prefetch) first reserves as
+ * many slots as the request has chunks (rbi_slots_reserve), so that
+ * loaded + reserved <= nslots, evicting clean chunks to make room.
+ * Always before taking a range, and released after the range: the
+ * evictor takes ranges, so nobody may wait for slots while holding one.
+ * A hit (every chunk whole at the check) reserves nothing; a chunk
+ * evicted between that check and the request's range is loaded without
+ * a reservation, so the budget can be passed by the requests in flight
+ * at that moment, until the next reservation evicts again.
+ *
+ * Eviction (evict_some), the one way back to EMPTY (chunkmap.h).  The
+ * victim comes from the policy (ds/evict.h) and must be CLEAN, with
+ * its last write back synced: a sync that fails re-dirties everything
+ * written since the last good one (flush.c, fsyncgate), and a store
+ * that lost a connection hands back writes that may land late
+ * (take_suspects) to be written again from RAM; either needs the data
+ * in RAM.  So the evictor holds, in this order, slot_lock, and for
+ * each victim sync_lock (no sync runs: every write not yet synced is
+ * in rb->unsynced, and a write still running holds its range), checks
+ * that the store has no suspects pending, takes the victim's range
+ * (RL_WRITE: no reader, writer, load or write back is on it), then
+ * checks under rb->lock that the chunk is CLEAN and in no unsynced
+ * extent, moves it to EMPTY (chunkmap_evict) and gives its memory
+ * back.  A crash after the move finds it EMPTY: loaded again from the
+ * store, which holds its data.
+ * Its NB bit (resume.c) may still be set: a FUA write (can_fua) is
+ * durable without a sync that would retire it.  Under these locks NB
+ * is stale, and resume ignores NB on an EMPTY chunk; waiting for it
+ * to clear instead would wait for good (every resident chunk clean
+ * with NB, nothing to write back or sync).
+ *
+ * A victim not synced yet is kept, and the search goes on, for a
+ * bounded number of steps (evict_some): sync_lock is the victim's
+ * only, so the sync that would free it can run meanwhile.
+ *
+ * Over the budget.  A resumed ram= image may hold more than ram-size=
+ * (a start with a larger one, or none, wrote it), and the requests in
+ * flight may pass it for a moment (hits, above).  Reads of resident
+ * chunks never reserve, so nothing would evict: the flusher does
+ * (rbi_slots_trim), after each pass, once what it wrote back is synced.
+ *
+ * Waiting.  When nothing can be evicted (every resident chunk dirty,
+ * being written back, or not synced yet), a reserver hurries the
+ * flusher and waits on rb->space_cond for slot_gen to change: a good
+ * sync, a reservation given back, a write-back batch, a stop.  Writers
+ * never fail for want of RAM.  dirty-max= defaults to half of
+ * ram-size= (rbi_recompute_limit), so that reads find clean chunks to
+ * evict while write back catches up.
+ *
+ * Lock order: slot_lock, sync_lock, a range, rb->lock.  Nothing that
+ * holds a range or sync_lock takes slot_lock.
+ */
+
+#include "env.h"
+#include "cleanup.h"
+#include "error.h"
+#include "internal.h"
+
+/* Share of the slots the policy's active set may take (evict.h). */
+#define ACTIVE_SHARE_NUM 3
+#define ACTIVE_SHARE_DEN 4
+#define SUSPECT_WAIT_NS (100 * UINT64_C (1000000))
+
+int
+rbi_slots_check (const struct rb *rb)
+{
+  uint64_t ram = rb->cfg.ram_size, n;
+
+  if (ram == 0 || ram >= rb->size)
+    return 0;
+  if (ram % rb->chunk_size != 0) {
+    rb_set_error (EINVAL, "ram-size=%" PRIu64 " is not a multiple of the "
+                  "chunk size (chunk=%" PRIu32 "): give ram-size=%" PRIu64
+                  " or %" PRIu64, ram, rb->chunk_size,
+                  ram / rb->chunk_size * rb->chunk_size,
+                  (ram / rb->chunk_size + 1) * rb->chunk_size);
+    return -1;
+  }
+  n = ram >> rb->chunk_shift;
+  if (n < RB_MIN_SLOTS) {
+    rb_set_error (EINVAL, "ram-size=%" PRIu64 ": too small, it holds %"
+                  PRIu64 " chunks of %" PRIu32 " bytes and needs at least "
+                  "%d (room for the requests of every connection): give "
+                  "ram-size=%" PRIu64 " or more, or a smaller chunk=",
+                  ram, n, rb->chunk_size, RB_MIN_SLOTS,
+                  (uint64_t) RB_MIN_SLOTS << rb->chunk_shift);
+    return -1;
+  }
+  if (rb->cfg.journal) {
+    rb_set_error (EINVAL, "ram-size=%" PRIu64 " (smaller than the %" PRIu64
+                  "-byte device) does not work with journal= yet: a chunk "
+                  "in a transaction not yet applied could be evicted and "
+                  "read back stale from the backing store; drop journal= "
+                  "or give ram-size= of at least the device size", ram,
+                  rb->size);
+    return -1;
+  }
+  if (rb->cfg.dirty_max >= ram) {
+    rb_set_error (EINVAL, "dirty-max=%" PRIu64 " must be smaller than "
+                  "ram-size=%" PRIu64 " (dirty chunks stay in RAM until "
+                  "written back, and reads need room too): leave dirty-max= "
+                  "out (it is then half of ram-size=) or make it smaller",
+                  rb->cfg.dirty_max, ram);
+    return -1;
+  }
+  return 0;
+}
+
+int
+rbi_slots_init (struct rb *rb)
+{
+  uint64_t ram = rb->cfg.ram_size;
+
+  if (ram == 0 || ram >= rb->size)
+    return 0;
+  rb->nslots = ram >> rb->chunk_shift;
+  if (evict_init (&rb->evict, rb->nchunks,
+                  rb->nslots * ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN) == -1)
+    return -1;
+  rb_mutex_init (&rb->slot_lock);
+  rb->slotted = true;
+  rb->piece_chunks = RB_MAX (rb->nslots / RB_PIECES_PER_BUDGET,
+                            UINT64_C (1));
+  rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " of the %" PRIu64 " chunks "
+          "may be in RAM at once", ram, rb->nslots, rb->nchunks);
+  return 0;
+}
+
+void
+rbi_slots_free (struct rb *rb)
+{
+  if (!rb->slotted)
+    return;
+  evict_free (&rb->evict);
+  rb_mutex_destroy (&rb->slot_lock);
+  rb->slotted = false;
+}
+
+void
+rbi_slots_notify (struct rb *rb)
+{
+  if (!rb->slotted)
+    return;
+  rb_atomic_add (&rb->slot_gen, 1);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+  rb_cond_broadcast (&rb->space_cond);
+}
+
+/* Free slots now [slot_lock]. */
+static uint64_t
+free_slots (struct rb *rb)
+{
+  uint64_t used = chunkmap_loaded (&rb->map) + rb->slots_reserved;
+
+  return used >= rb->nslots ? 0 : rb->nslots - used;
+}
+
+static bool
+is_resident (void *opaque, uint64_t c)
+{
+  struct rb *rb = opaque;
+
+  return chunkmap_get (&rb->map, c) != CS_EMPTY;
+}
+
+/* The policy's pre-check, without the range (rechecked under it). */
+static bool
+may_evict (void *opaque, uint64_t c)
+{
+  struct rb *rb = opaque;
+
+  return chunkmap_get (&rb->map, c) == CS_CLEAN;
+}
+
+/* Does [off, off+len) overlap a write not synced yet?  rb->lock held. */
+static bool
+unsynced_locked (struct rb *rb, uint64_t off, uint64_t len)
+{
+  size_t i;
+
+  for (i = 0; i < rb->unsynced.len; i++) {
+    const struct rb_extent *e = &rb->unsynced.v[i];
+
+    if (e->offset < off + len && off < e->offset + e->count)
+      return true;
+  }
+  return false;
+}
+
+/* Suspects pending (store.h, take_suspects): writes of a lost
+ * connection that may still land; they are written again from RAM.
+ */
+static bool
+suspects_pending (struct rb *rb)
+{
+  bool pending = false;
+
+  if (rb->store->ops->take_suspects == NULL)
+    return false;
+  rb->store->ops->take_suspects (rb->store, NULL, 0, &pending);
+  return pending;
+}
+
+/* What became of a victim. */
+enum evicted { EV_GONE, EV_KEPT, EV_SUSPECTS };
+
+/* Evict chunk c if it may go (the top of the file) [slot_lock].
+ * sync_lock is taken for this one chunk, not for the whole search: a
+ * search over chunks not synced yet must not hold off the sync that
+ * frees them.
+ */
+static enum evicted
+evict_one (struct rb *rb, uint64_t c)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->sync_lock);
+  struct rl_node node;
+  uint64_t off = rbi_chunk_offset (rb, c), len = rbi_chunks_bytes (rb, c, 1);
+  bool ok;
+
+  if (suspects_pending (rb))
+    return EV_SUSPECTS;
+  rangelock_acquire (&rb->rl, &node, off, off + len, RL_WRITE);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    ok = may_evict (rb, c) && !unsynced_locked (rb, off, len);
+  }
+  if (ok)
+    ok = chunkmap_evict (&rb->map, c);
+  if (ok) {
+    ramimage_zero (&rb->ram, off, len);
+    evict_forget (&rb->evict, c);
+    rb_atomic_add (&rb->evictions, 1);
+  }
+  rangelock_release (&rb->rl, &node);
+  return ok ? EV_GONE : EV_KEPT;
+}
+
+/* Evict up to want chunks [slot_lock]; returns how many went.  The
+ * policy's pre-check cannot tell a chunk not synced yet (that needs
+ * rb->lock), so a victim may be kept, and picked again on the next
+ * turn of the hand: the search ends after at most two turns of the
+ * hand the normal way, then one desperate, however many were kept.
+ */
+static uint64_t
+evict_some (struct rb *rb, uint64_t want)
+{
+  uint64_t got = 0, steps = 2 * rb->nchunks;
+  bool desperate = false;
+
+  while (got < want) {
+    uint64_t c = evict_pick (&rb->evict, &steps, desperate, is_resident,
+                             may_evict, rb);
+
+    if (c == UINT64_MAX) {
+      if (desperate)
+        break;
+      desperate = true;
+      steps = rb->nchunks;
+      continue;
+    }
+    switch (evict_one (rb, c)) {
+    case EV_GONE:
+      got++;
+      break;
+    case EV_KEPT:
+      break;
+    case EV_SUSPECTS:
+      return got;
+    }
+  }
+  return got;
+}
+
+/* Evict in batches: a miss that must evict makes room for a few more. */
+static uint64_t
+batch (struct rb *rb, uint64_t need)
+{
+  return need + RB_MAX (rb->nslots / 64, UINT64_C (1));
+}
+
+void
+rbi_slots_trim (struct rb *rb)
+{
+  uint64_t loaded;
+
+  if (!rb->slotted || chunkmap_loaded (&rb->map) <= rb->nslots)
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
+  loaded = chunkmap_loaded (&rb->map) + rb->slots_reserved;
+  if (loaded > rb->nslots)
+    evict_some (rb, loaded - rb->nslots);
+}
+
+int
+rbi_slots_reserve (struct rb *rb, uint64_t n)
+{
+  for (;;) {
+    uint64_t gen;
+
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
+      gen = rb_atomic_load (&rb->slot_gen);
+      if (free_slots (rb) < n)
+        evict_some (rb, batch (rb, n - free_slots (rb)));
+      if (free_slots (rb) >= n) {
+        rb->slots_reserved += n;
+        return 0;
+      }
+    }
+    /* Every resident chunk is dirty or not synced yet: write back. */
+    rb_atomic_add (&rb->slot_waits, 1);
+    rbi_flusher_hurry (rb);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+      /* The deadline only bounds a wait for a store's suspects
+       * (take_suspects), which nobody announces.
+       */
+      uint64_t deadline = rb_now_ns () + SUSPECT_WAIT_NS;
+
+      while (!rb->stopping && rb_atomic_load (&rb->slot_gen) == gen &&
+             rb_cond_wait_until (&rb->space_cond, &rb->lock, deadline))
+        ;
+      if (rb->stopping) {
+        rb_set_error (ESHUTDOWN, "shutting down");
+        return -1;
+      }
+    }
+  }
+}
+
+uint64_t
+rbi_slots_try_reserve (struct rb *rb, uint64_t n)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
+  n = RB_MIN (n, free_slots (rb));
+  rb->slots_reserved += n;
+  return n;
+}
+
+void
+rbi_slots_unreserve (struct rb *rb, uint64_t n)
+{
+  if (n == 0)
+    return;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
+    rb->slots_reserved -= n;
+  }
+  rbi_slots_notify (rb);
+}
