@@ -11,7 +11,8 @@
 # 4. the core's concurrency tests built with ThreadSanitizer,
 # 5. the Ceph RBD backing store against a real single-node cluster
 #    (tests/rbd/: the model and crash-resume tests on an image, an OSD
-#    killed during write back, one writer per image),
+#    killed during write back, one writer per image, the journal's point
+#    in time with a local journal),
 # 6. the QEMU guest scenarios: Debian's kernel, its nbd-client and ext4
 #    on ramback (untar, restart during populate, mode toggling, power cut),
 # 7. the device-mapper target built against Debian's kernel headers and

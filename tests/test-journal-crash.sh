@@ -30,6 +30,10 @@
 # killed.  The second recovery must still give the point in time.
 # JOURNAL_CRASH_PLAIN=1 runs the same cuts without journal= (and without
 # recovery): the checker must catch the mixed image that leaves.
+# JOURNAL_CRASH_RBD=1 (tests/rbd/test-rbd-journal-crash.sh): the backing
+# store is an RBD image (a write RADOS acknowledged is durable: only the
+# journal loses power); the recovery takes over the dead ramback's lock
+# once its watch has expired, and the image is exported for the checker.
 
 source "$top_builddir/tests/functions.sh"
 source "$top_srcdir/tests/core-functions.sh"
@@ -42,6 +46,24 @@ seed0=${SEED:-1}
 plain=${JOURNAL_CRASH_PLAIN:-}
 replaycut=${JOURNAL_CRASH_REPLAY_CUT:-}
 crash="$top_srcdir/tests/journal-crash.py"
+rbd=${JOURNAL_CRASH_RBD:-}
+if [ -n "$rbd" ]; then
+    [ -z "$plain$replaycut" ] ||
+        fail "JOURNAL_CRASH_RBD runs neither JOURNAL_CRASH_PLAIN nor _REPLAY_CUT"
+    source "$top_srcdir/tests/rbd/rbd-functions.sh"
+    rbd_cluster
+fi
+
+# The backing store of a round: a faultdisk server on bk.img with the
+# volatile cache bk.dur, or the RBD image (its own durability).
+start_back () {
+    if [ -n "$rbd" ]; then
+        bk_uri=rbd:rbd/jcrash
+    else
+        start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur" "$@"
+    fi
+}
+stop_back () { [ -n "$rbd" ] || kill_remote bk; }
 
 for (( round=0; round<rounds; round++ )); do
     seed=$(( seed0 + round ))
@@ -50,6 +72,7 @@ for (( round=0; round<rounds; round++ )); do
     echo "=== round $round: seed $seed, cut after $cut acknowledgements"
     rm -f "$TMP"/bk.img "$TMP"/bk.dur "$TMP"/jr.img "$TMP"/jr.dur "$TMP"/acks*
     truncate -s "$size" "$TMP/bk.dur" "$TMP/bk.img"
+    [ -z "$rbd" ] || rbd_image jcrash "$TMP/bk.dur"
     truncate -s "$jsize" "$TMP/jr.dur" "$TMP/jr.img"
     # Every fourth round two connections write, each to its own half.
     nparts=1
@@ -64,7 +87,7 @@ for (( round=0; round<rounds; round++ )); do
     # fills and wraps around, and cuts land in the middle of applying.
     slow=()
     (( round % 2 )) || slow=(flush-rate=4M)
-    start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur" "${slow[@]}"
+    start_back "${slow[@]}"
     start_faultdisk jr "$TMP/jr.img" durable="$TMP/jr.dur"
     # Every third round: fsync=ignore (a FLUSH only asks for a commit
     # point and does not wait, so the capture runs while the client
@@ -74,6 +97,7 @@ for (( round=0; round<rounds; round++ )); do
     if (( round % 3 == 2 )); then fsync=ignore interval=0.05; fi
     jargs=(journal="$jr_uri" commit-interval=$interval)
     [ -z "$plain" ] || jargs=()
+    [ -z "$rbd" ] || jargs+=(rbd-conf="$CEPH_CONF")
     start_rb rb back="$bk_uri" "${jargs[@]}" fsync=$fsync chunk=16K
 
     clients=()
@@ -117,11 +141,11 @@ for (( round=0; round<rounds; round++ )); do
     fi
     kill -9 "$rb_pid"
     wait "$rb_job" 2>/dev/null || true
-    fd_cmd bk powercut seed="$seed" >/dev/null
+    [ -n "$rbd" ] || fd_cmd bk powercut seed="$seed" >/dev/null
     echo "journal power cut:" \
          $(fd_cmd jr powercut seed="$(( seed + 1000 ))" "${jcut[@]}")
     wait "${clients[@]}"
-    kill_remote bk
+    stop_back
     kill_remote jr
     echo "acknowledged: $(cat "${acks[@]}" | grep -c '^[wu]') writes" \
          "on $nparts connection(s)"
@@ -172,10 +196,11 @@ for (( round=0; round<rounds; round++ )); do
     fi
 
     if [ -z "$plain" ]; then
-        start_faultdisk bk "$TMP/bk.img" durable="$TMP/bk.dur"
+        start_back
         start_faultdisk jr "$TMP/jr.img" durable="$TMP/jr.dur"
         if (( round % 2 )); then
-            start_rb rb back="$bk_uri" journal="$jr_uri"
+            start_rb rb back="$bk_uri" journal="$jr_uri" \
+                ${rbd:+rbd-conf="$CEPH_CONF"}
             grep -E 'journal: (replayed|recovered|empty)' "$rb_log" || true
             stop_rb rb
         else
@@ -190,8 +215,12 @@ for (( round=0; round<rounds; round++ )); do
             cmp "$TMP/rec1" "$TMP/rec2" ||
                 fail "replaying the journal again did something else"
         fi
-        kill_remote bk
+        stop_back
         kill_remote jr
+    fi
+    if [ -n "$rbd" ]; then
+        rm -f "$TMP/bk.dur"
+        rbdc export --no-progress rbd/jcrash "$TMP/bk.dur" >/dev/null
     fi
     py "$crash" check "$TMP/bk.dur" "$seed" "$size" $fsync "${acks[@]}"
 done
