@@ -12,7 +12,7 @@ evict_init (struct evict *ev, uint64_t n, uint64_t active_max)
   ev->hand = 0;
   ev->nactive = 0;
   ev->active_max = active_max;
-  ev->flags = rb_calloc (n ? n : 1, 1);
+  ev->flags = rb_calloc (n ? n : 1, sizeof *ev->flags);
   if (ev->flags == NULL) {
     rb_set_error (ENOMEM, "cannot allocate the eviction table for %"
                   PRIu64 " chunks", n);
@@ -31,7 +31,7 @@ evict_free (struct evict *ev)
 void
 evict_forget (struct evict *ev, uint64_t c)
 {
-  uint8_t old = rb_atomic_xchg (&ev->flags[c], (uint8_t) 0);
+  uint32_t old = rb_atomic_xchg (&ev->flags[c], (uint32_t) 0);
 
   if (old & EV_ACTIVE)
     rb_atomic_sub (&ev->nactive, 1);
@@ -43,11 +43,11 @@ evict_forget (struct evict *ev, uint64_t c)
 void
 evict_promote (struct evict *ev, uint64_t c)
 {
-  uint8_t old = rb_atomic_load (&ev->flags[c]);
+  uint32_t old = rb_atomic_load (&ev->flags[c]);
 
   while (!(old & EV_ACTIVE))
     if (rb_atomic_cas (&ev->flags[c], &old,
-                       (uint8_t) ((old & ~(EV_SEEN | EV_REF)) | EV_ACTIVE))) {
+                       (uint32_t) ((old & ~(EV_SEEN | EV_REF)) | EV_ACTIVE))) {
       rb_atomic_add (&ev->nactive, 1);
       return;
     }
@@ -57,24 +57,24 @@ evict_promote (struct evict *ev, uint64_t c)
 static void
 demote (struct evict *ev, uint64_t c)
 {
-  uint8_t old = rb_atomic_load (&ev->flags[c]);
+  uint32_t old = rb_atomic_load (&ev->flags[c]);
 
   while (old & EV_ACTIVE)
     if (rb_atomic_cas (&ev->flags[c], &old,
-                       (uint8_t) (old & ~(EV_ACTIVE | EV_SEEN | EV_REF)))) {
+                       (uint32_t) (old & ~(EV_ACTIVE | EV_SEEN | EV_REF)))) {
       rb_atomic_sub (&ev->nactive, 1);
       return;
     }
 }
 
 static void
-clear_flag (struct evict *ev, uint64_t c, uint8_t f)
+clear_flag (struct evict *ev, uint64_t c, uint32_t f)
 {
-  rb_atomic_and (&ev->flags[c], (uint8_t) ~f);
+  rb_atomic_and (&ev->flags[c], (uint32_t) ~f);
 }
 
 static void
-set_flag (struct evict *ev, uint64_t c, uint8_t f)
+set_flag (struct evict *ev, uint64_t c, uint32_t f)
 {
   rb_atomic_or (&ev->flags[c], f);
 }
@@ -84,7 +84,7 @@ static bool
 visit (struct evict *ev, uint64_t c, bool desperate, evict_pred evictable,
        void *opaque)
 {
-  uint8_t f = rb_atomic_load (&ev->flags[c]);
+  uint32_t f = rb_atomic_load (&ev->flags[c]);
 
   if (f & EV_ACTIVE) {
     if (f & EV_REF)

@@ -47,7 +47,7 @@
 
 struct evict {
   uint64_t n;                   /* chunks */
-  uint8_t *flags;               /* per chunk, EV_* */
+  uint32_t *flags;              /* per chunk, EV_* */
   uint64_t hand;                /* [slot lock] next chunk to look at */
   uint64_t nactive;             /* [atomic] chunks with EV_ACTIVE */
   uint64_t active_max;          /* the active set's target size */
@@ -62,12 +62,12 @@ extern void evict_promote (struct evict *ev, uint64_t c);
 static inline void
 evict_touch (struct evict *ev, uint64_t c)
 {
-  uint8_t f = rb_atomic_load_relaxed (&ev->flags[c]);
+  uint32_t f = rb_atomic_load_relaxed (&ev->flags[c]);
 
   if (f & EV_SEEN)
     evict_promote (ev, c);
   else if (!(f & EV_REF))
-    rb_atomic_or (&ev->flags[c], (uint8_t) EV_REF);
+    rb_atomic_or (&ev->flags[c], (uint32_t) EV_REF);
 }
 
 /* Chunk c left RAM (or never was in it): forget its history. */
