@@ -610,6 +610,30 @@ piece_end (struct rb *rb, uint64_t offset, uint64_t end)
   return RB_MIN (end, lim);
 }
 
+/* Does write r go to the store before it completes (writethrough mode,
+ * or FUA with fsync=wait)?
+ */
+static inline bool
+writes_through (struct rb *rb, const struct req *r)
+{
+  return rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
+    ((r->flags & RB_FUA) && rb->cfg.fsync_wait);
+}
+
+/* A fast zero written through must not turn into a write of zeroes:
+ * true, with the error set, when the store cannot zero.
+ */
+static inline bool
+fast_zero_refused (struct rb *rb, const struct req *r)
+{
+  if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) && !rb->store->can_zero) {
+    rb_set_error (ENOTSUP, "fast zero: the backing store cannot zero "
+                  "without writing zeroes");
+    return true;
+  }
+  return false;
+}
+
 static int
 slotted_write (struct rb *rb, const struct req *r)
 {
@@ -618,6 +642,7 @@ slotted_write (struct rb *rb, const struct req *r)
   while (off < end) {
     uint64_t pend = piece_end (rb, off, end), n = 0;
     struct req p = *r;
+    bool wt = writes_through (rb, r);
     int ret;
 
     p.offset = off;
@@ -626,14 +651,9 @@ slotted_write (struct rb *rb, const struct req *r)
     p.c1 = rbi_chunk_of (rb, pend - 1);
     if (r->buf)
       p.buf = (const char *) r->buf + (off - r->offset);
-    if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
-        ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
-      if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) &&
-          !rb->store->can_zero) {
-        rb_set_error (ENOTSUP, "fast zero: the backing store cannot zero "
-                      "without writing zeroes");
+    if (wt) {
+      if (fast_zero_refused (rb, r))
         return -1;
-      }
     }
     else
       rbi_throttle (rb);
@@ -645,8 +665,7 @@ slotted_write (struct rb *rb, const struct req *r)
       if (rbi_slots_reserve (rb, n) == -1)
         return -1;
     }
-    if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
-        ((r->flags & RB_FUA) && rb->cfg.fsync_wait))
+    if (wt)
       ret = writethrough (rb, &p);
     else
       ret = slow_path (rb, &p);
@@ -670,14 +689,9 @@ do_write (struct rb *rb, const struct req *r)
     return slotted_write (rb, r);
   if (rb->jops)
     return journal_write (rb, r);
-  if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH ||
-      ((r->flags & RB_FUA) && rb->cfg.fsync_wait)) {
-    if (r->op == OP_ZERO && (r->flags & RB_FAST_ZERO) &&
-        !rb->store->can_zero) {
-      rb_set_error (ENOTSUP, "fast zero: the backing store cannot zero "
-                    "without writing zeroes");
+  if (writes_through (rb, r)) {
+    if (fast_zero_refused (rb, r))
       return -1;
-    }
     return writethrough (rb, r);
   }
 
