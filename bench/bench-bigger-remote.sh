@@ -25,7 +25,8 @@
 #
 #   bench/bench-bigger-remote.sh [--quick] [--build=DIR] [--dir=DIR]
 #       [--size=SIZE] [--delay=MS] [--rate=BITS/S] [--runtime=S]
-#       [--repeat=N] [--warm=S] [--output=FILE] [--strict] [--keep]
+#       [--repeat=N] [--warm=S] [--output=FILE] [--plot[=DIR]] [--strict]
+#       [--keep]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
 # --strict: then 3 if a target is missed), 1 if something failed to
@@ -56,6 +57,8 @@ through nbdkit's cache filter; scan resistance; peak RSS.
   --warm=S        seconds of the warm-up read job (default 60, --quick 30)
   --quick         smaller and shorter (about 3 minutes)
   --output=FILE   also write the report to FILE
+  --plot[=DIR]    also draw the IOPS as an SVG chart (gnuplot) in DIR
+                  (default: beside --output=, else here)
   --strict        exit 3 if a target is missed
   --keep          keep the work directory
 END
@@ -345,12 +348,12 @@ report=$WORK/report.txt
 {
     echo "ramback bench-bigger-remote: $(date -u +%Y-%m-%dT%H:%MZ), $(uname -sr)," \
          "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(fio --version)"
-    /usr/bin/python3 - "$size" "$ram" "$ram_b" "$delay" "$rate" "$runtime" \
-        "$repeat" "$warm" "${args[@]}" <<'EOP'
+    /usr/bin/python3 - "$WORK/plot.tsv" "$size" "$ram" "$ram_b" "$delay" \
+        "$rate" "$runtime" "$repeat" "$warm" "${args[@]}" <<'EOP'
 import statistics, sys
-size, ram, ram_b, delay, rate, runtime, repeat, warm = sys.argv[1:9]
+plot, size, ram, ram_b, delay, rate, runtime, repeat, warm = sys.argv[1:10]
 ram_b = int (ram_b)
-v = dict (a.split ("=", 1) for a in sys.argv[9:])
+v = dict (a.split ("=", 1) for a in sys.argv[10:])
 rows = ["direct", "rb", "rb4k", "journal", "whole", "cache"]
 med = lambda k: statistics.median (float (x) for x in v[k].split ())
 print ("a %s device of random data, ram-size=%s; each row its own NBD export "
@@ -396,6 +399,8 @@ for row in rows:
             tg.append (rw[4:] + " " + t)
     cells.append ("; ".join (tg))
     table.append (tuple (cells))
+    with open (plot, "a") as f:
+        f.write ("%s\t%s\t%s\n" % (cells[0], cells[1], cells[4]))
 w = [max (len (r[i]) for r in table) for i in range (len (table[0]))]
 for r in table:
     print ("  ".join (c.ljust (w[i]) for i, c in enumerate (r)).rstrip ())
@@ -465,4 +470,6 @@ if missed:
     print ("MISSED: " + ", ".join (missed))
 EOP
 } > "$report"
+plot_bars --log iops "4K zipf:1.1, a $size device, ram-size=$ram, over a ${delay} ms, $rate bit/s link" \
+    "IOPS (log scale)" randread randwrite < "$WORK/plot.tsv"
 bench_finish "$report"
