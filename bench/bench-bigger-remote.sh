@@ -247,6 +247,16 @@ for row in "${rows[@]}"; do
           --output-format=json --output="warm-$row.json" >/dev/null ) &
     wpids+=($!)
 done
+# Meanwhile the counters of each ram-size= ramback, about every second:
+# its hit ratio does not depend on how much CPU the others take.
+t0=$(now)
+while kill -0 "${wpids[0]}" 2>/dev/null; do
+    sleep 1
+    for row in rb rb4k journal; do
+        [ "${alive[$row]}" = yes ] || continue
+        echo "$(fsub "$(now)" "$t0") $(counters "$row")" >> "$WORK/warm-$row.hits"
+    done
+done
 for p in "${wpids[@]}"; do wait "$p" || die "a warm-up fio failed"; done
 
 # warm_time ROW: "SECONDS IOPS-AT-THE-END": the first second from which
@@ -266,11 +276,37 @@ t = next ((i for i in range (len (s) - 2)
 print (t, round (end))
 EOP
 }
-declare -A warmed
+# warm_hits ROW: "SECONDS MISS-RATIO": the first sample from which the
+# miss ratio of the 3 seconds before is within 10% (+0.01) of that of
+# the last 5 seconds.
+warm_hits () {
+    /usr/bin/python3 - "$WORK/warm-$1.hits" <<'EOP'
+import sys
+s = [[float (x) for x in l.split ()[:3]] for l in open (sys.argv[1])]
+def miss (a, b):
+    h, m = b[1] - a[1], b[2] - a[2]
+    return m / (h + m) if h + m else 1.0
+def back (i, secs):
+    j = i
+    while j > 0 and s[i][0] - s[j][0] < secs:
+        j -= 1
+    return j
+end = miss (s[back (len (s) - 1, 5)], s[-1])
+t = next ((s[i][0] for i in range (1, len (s))
+           if miss (s[back (i, 3)], s[i]) <= end * 1.1 + 0.01), s[-1][0])
+print ("%.0f %.3f" % (t, end))
+EOP
+}
+declare -A warmed warmedh
 for row in "${rows[@]}"; do
     [ "$row" != direct ] && [ "${alive[$row]}" = yes ] || continue
     warmed[$row]=$(warm_time "$row")
-    log "${label[$row]}: warm after ${warmed[$row]% *}s, ${warmed[$row]#* } IOPS at the end"
+    msg="${label[$row]}: warm after ${warmed[$row]% *}s by IOPS (${warmed[$row]#* } at the end)"
+    if [ -s "$WORK/warm-$row.hits" ]; then
+        warmedh[$row]=$(warm_hits "$row")
+        msg+=", ${warmedh[$row]% *}s by misses (miss ratio ${warmedh[$row]#* } at the end)"
+    fi
+    log "$msg"
 done
 
 # The runs: job by job, the rows taking turns.
@@ -337,6 +373,7 @@ for row in "${rows[@]}"; do
     args+=("$row.label=${label[$row]}" "$row.alive=${alive[$row]}")
     [ -f "$WORK/$row.why" ] && args+=("$row.why=$(cat "$WORK/$row.why")")
     [ -z "${warmed[$row]:-}" ] || args+=("$row.warm=${warmed[$row]}")
+    [ -z "${warmedh[$row]:-}" ] || args+=("$row.warmh=${warmedh[$row]}")
     [ -z "${rss0[$row]:-}" ] || args+=("$row.rss0=${rss0[$row]}" "$row.hwm=${hwm[$row]}")
     [ -z "${scan[$row]:-}" ] || args+=("$row.scan=${scan[$row]}")
     for rw in randread randwrite; do
@@ -420,12 +457,20 @@ if v["whole.alive"] == "yes":
         print ("%s / whole device: read %.2f, write %.2f (target >= 0.8: %s)"
                % (v[row + ".label"], r[0], r[1], "ok" if ok else "MISS"))
 print ()
-print ("Warm-up (the read job on every cache at once; warm: from the first "
-       "second whose 3-second mean is within 90% of the last 5 seconds'):")
+print ("Warm-up: the read job for %s s on every cache at once, from empty "
+       "(populate=false).  Warm by IOPS: from the first second whose 3-second "
+       "mean is within 90%% of the last 5 seconds' (the caches share the "
+       "CPUs then); by misses (ram-size= only): from the first second whose "
+       "miss ratio over the 3 before is within 10%% (+0.01) of the last 5 "
+       "seconds':" % warm)
 for row in rows:
     if row + ".warm" in v:
         t, end = v[row + ".warm"].split ()
-        print ("  %-40s warm after %3s s, %6s IOPS at the end" % (v[row + ".label"], t, end))
+        line = "  %-40s by IOPS %3s s (%5s at the end)" % (v[row + ".label"], t, end)
+        if row + ".warmh" in v:
+            t, end = v[row + ".warmh"].split ()
+            line += ", by misses %3s s (miss ratio %s at the end)" % (t, end)
+        print (line)
 print ()
 print ("Scan resistance (the read job alone, then beside fio reading the "
        "whole device sequentially, 1M requests, queue depth 1):")
