@@ -56,7 +56,7 @@ through nbdkit's cache filter; scan resistance; peak RSS.
                   --quick 4)
   --repeat=N      paired runs, the median kept (default 3, --quick 1)
   --warm=S        seconds of the warm-up read job (default 60, --quick 30)
-  --quick         smaller and shorter (about 3 minutes)
+  --quick         smaller and shorter (about 4 minutes)
   --output=FILE   also write the report to FILE
   --plot[=DIR]    also draw the IOPS as an SVG chart (gnuplot) in DIR
                   (default: beside --output=, else here)
