@@ -1489,12 +1489,14 @@ flusher_job_main (gpointer arg)
   return NULL;
 }
 
-/* A 4 MiB journal in a file of its own, with configuration *c (its
- * journal is set here); returns its path, for fx_finish_journal.
+/* fsync=wait and a 4 MiB journal in a file of its own; returns its
+ * path, for fx_finish_journal.
  */
 static char *
-fx_open_journal_cfg (struct fx *f, guint32 seed, struct rb_config *c)
+fx_open_journal (struct fx *f, guint32 seed)
 {
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true, .store.tls_verify_peer = -1 };
   char *jpath;
   int fd;
 
@@ -1505,19 +1507,9 @@ fx_open_journal_cfg (struct fx *f, guint32 seed, struct rb_config *c)
   g_assert_cmpint (fd, >=, 0);
   g_assert_cmpint (ftruncate (fd, 4 * MiB), ==, 0);
   close (fd);
-  c->journal = jpath;
-  fx_open_cfg (f, seed, c, true);
+  c.journal = jpath;
+  fx_open_cfg (f, seed, &c, true);
   return jpath;
-}
-
-/* The same with fsync=wait and populate. */
-static char *
-fx_open_journal (struct fx *f, guint32 seed)
-{
-  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
-                         .fsync_wait = true, .store.tls_verify_peer = -1 };
-
-  return fx_open_journal_cfg (f, seed, &c);
 }
 
 /* RAM == model; a clean stop puts everything in place: store == model. */
@@ -1940,65 +1932,6 @@ test_evict_fua_nb (void)
   unlink (ram);
 }
 
-/* ram-size= of 128 chunks with journal=: 127 of them are written and
- * committed (CLEAN in RAM, dirty-max= lets them all in), and the
- * applier's in-place write of their transaction is held: the backing
- * store still has their old data.  The 128th is read (clean and on the
- * store).  A miss of two chunks must not evict any of the 127 (it would
- * read the old data back from the store): it evicts the 128th, waits
- * until the transaction is in place and synced, then evicts one more.
- */
-static void
-test_journal_evict_before_apply (void)
-{
-  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 128 * CHUNK,
-                         .dirty_max = 127 * CHUNK, .fsync_wait = true,
-                         .store.tls_verify_peer = -1 };
-  struct ts_match m = { .ops = TS_WRITE, .offset = 0, .count = CHUNK,
-                        .tag = "" };
-  g_autofree uint8_t *got = g_malloc (2 * CHUNK);
-  struct job rd = { .tag = "miss", .op = J_READ, .len = 2 * CHUNK,
-                    .off = 200 * CHUNK };
-  g_autofree uint8_t *buf = NULL;
-  struct ts_gate *g;
-  struct fx f;
-  char *jpath;
-  uint64_t k;
-
-  jpath = fx_open_journal_cfg (&f, 139, &c);
-  g_assert_true (f.rb->slotted);
-  g_assert_cmpuint (f.rb->piece_chunks, ==, 2);
-  g = ts_gate_arm (f.ts, &m, 0);
-  buf = fx_random (&f, 127 * CHUNK);
-  for (k = 0; k < 127; k++)
-    fx_write (&f, buf + k * CHUNK, CHUNK, k * CHUNK, 0);
-  g_assert_cmpint (rb_flush (f.rb), ==, 0);
-  ts_gate_wait (g);
-  g_assert_cmpint (rb_pread (f.rb, got, CHUNK, 127 * CHUNK), ==, 0);
-  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 128);
-  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 0);
-
-  rd.f = &f;
-  rd.buf = got;
-  job_start (&rd);
-  TS_WAIT (rb_atomic_load (&rd.done) ||
-           (rb_atomic_load (&f.rb->slot_waits) > 0 &&
-            waiters (&f.rb->space_cond) > 0),
-           "the miss to return, or to wait for room");
-  for (k = 0; k < 127; k++)
-    if (chunkmap_get (&f.rb->map, k) == CS_EMPTY &&
-        !ts_pending_has (f.ts, f.model + k * CHUNK, CHUNK, k * CHUNK))
-      g_error ("journal: chunk %" PRIu64 " was evicted while its "
-               "transaction was committed but not in place: it would "
-               "be read back stale from the backing store", k);
-  g_assert_false (rb_atomic_load (&rd.done));
-  ts_gate_open (g);
-  miss_done (&f, &rd, "the miss to find room once the transaction is in "
-             "place and synced");
-  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), <=, 128);
-  fx_finish_journal (&f, jpath, "a miss over a transaction not in place");
-}
-
 int
 main (int argc, char *argv[])
 {
@@ -2052,7 +1985,5 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/evict-waits-for-sync",
                    test_evict_waits_for_sync);
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
-  g_test_add_func ("/interleave/journal-evict-before-apply",
-                   test_journal_evict_before_apply);
   return g_test_run ();
 }

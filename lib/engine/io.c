@@ -552,40 +552,24 @@ fast_write (struct rb *rb, const struct req *r)
  * the write.
  */
 static int
-journal_into_ram (struct rb *rb, const struct req *r)
+journal_write (struct rb *rb, const struct req *r)
 {
   uint64_t reserved;
   int ret = 0;
 
+  rbi_throttle (rb);
   if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
-  /* ram-size=: no lock-free path (a chunk may leave RAM). */
-  if (rb->slotted || !loaded (rb, r->c0, r->c1))
+  if (!loaded (rb, r->c0, r->c1))
     ret = slow_path (rb, r);
   else
     fast_write (rb, r);
   rb->jops->write_end (rb, reserved);
+  if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
+    ret = rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
+  else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
+    ret = rb->jops->sync (rb);
   return ret;
-}
-
-/* Then writethrough and FUA wait for the transaction. */
-static int
-journal_wait (struct rb *rb, const struct req *r)
-{
-  if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
-    return rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
-  if ((r->flags & RB_FUA) && rb->cfg.fsync_wait)
-    return rb->jops->sync (rb);
-  return 0;
-}
-
-static int
-journal_write (struct rb *rb, const struct req *r)
-{
-  rbi_throttle (rb);
-  if (journal_into_ram (rb, r) == -1)
-    return -1;
-  return journal_wait (rb, r);
 }
 
 /* ram-size= smaller than the device (slots.c): no lock-free path, as
@@ -729,10 +713,7 @@ slotted_write (struct rb *rb, const struct req *r)
   while (off < end) {
     uint64_t pend = piece_end (rb, off, end), n = 0;
     struct req p = *r;
-    /* With journal= every piece goes into RAM through the journal's
-     * gate (journal_write), and the request waits at the end.
-     */
-    bool wt = !rb->jops && writes_through (rb, r);
+    bool wt = writes_through (rb, r);
     int ret;
 
     p.offset = off;
@@ -755,12 +736,7 @@ slotted_write (struct rb *rb, const struct req *r)
       if (n > 0 && rbi_slots_reserve (rb, n) == -1)
         return -1;
     }
-    /* Slots first, then the journal's gate: a reserver may wait for
-     * a commit point (slots.c), which takes the gate exclusively.
-     */
-    if (rb->jops)
-      ret = journal_into_ram (rb, &p);
-    else if (wt)
+    if (wt)
       ret = writethrough (rb, &p);
     else
       ret = slow_path (rb, &p);
@@ -769,7 +745,7 @@ slotted_write (struct rb *rb, const struct req *r)
       return -1;
     off = pend;
   }
-  return rb->jops ? journal_wait (rb, r) : 0;
+  return 0;
 }
 
 static int
