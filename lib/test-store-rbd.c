@@ -710,6 +710,32 @@ test_pieces_small_objects (void)
   cut_write (MiB / 4, MiB / 8, MiB, MiB / 4, 5);
 }
 
+/* A read of 6 MiB from 3.5 MiB on 4 MiB objects goes out in whole
+ * objects (0.5 + 4 + 1.5 MiB): reads gained nothing from smaller
+ * pieces.
+ */
+static void
+test_pieces_read (void)
+{
+  struct rb_store *s = open_store ();
+  const uint64_t off = 7 * MiB / 2, len = 6 * MiB;
+  const uint64_t want_off[] = { off, 4 * MiB, 8 * MiB };
+  const uint64_t want_len[] = { MiB / 2, 4 * MiB, 3 * MiB / 2 };
+  g_autofree uint8_t *buf = g_malloc (len);
+  unsigned i;
+
+  for (i = 0; i < IMG_SIZE; i++)
+    fk.img[i] = (uint8_t) (i * 13 + 5);
+  g_assert_cmpint (rb_store_pread (s, buf, len, off), ==, 0);
+  g_assert_cmpmem (buf, len, fk.img + off, len);
+  g_assert_cmpuint (fk.ncalled, ==, G_N_ELEMENTS (want_off));
+  for (i = 0; i < fk.ncalled; i++) {
+    g_assert_cmpuint (fk.called[i], ==, want_off[i]);
+    g_assert_cmpuint (fk.called_len[i], ==, want_len[i]);
+  }
+  rb_store_close (s);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -719,5 +745,6 @@ main (int argc, char *argv[])
   g_test_add_func ("/store-rbd/pieces-1m", test_pieces_1m);
   g_test_add_func ("/store-rbd/pieces-small-objects",
                    test_pieces_small_objects);
+  g_test_add_func ("/store-rbd/pieces-read", test_pieces_read);
   return g_test_run ();
 }
