@@ -10,8 +10,9 @@
 #   - the export direct;
 #   - ramback ram-size= (an eighth of the device), fsync=ignore, with
 #     the default chunk and with chunk=4K;
-#   - ramback ram-size= with journal= on a local file and fsync=wait
-#     (left out, with nbdkit's message, where the plugin refuses it);
+#   - ramback ram-size= with journal= on a local file and fsync=wait,
+#     with the default chunk and with chunk=4K (left out, with nbdkit's
+#     message, where the plugin refuses it);
 #   - ramback holding the whole device (fsync=ignore);
 #   - nbdkit's cache filter, cache=writeback, cache-max-size= the same
 #     as ram-size=, cache-on-read=true, cache-min-block-size=4K (its
@@ -55,7 +56,7 @@ through nbdkit's cache filter; scan resistance; peak RSS.
                   --quick 4)
   --repeat=N      paired runs, the median kept (default 3, --quick 1)
   --warm=S        seconds of the warm-up read job (default 60, --quick 30)
-  --quick         smaller and shorter (about 3 minutes)
+  --quick         smaller and shorter (about 4 minutes)
   --output=FILE   also write the report to FILE
   --plot[=DIR]    also draw the IOPS as an SVG chart (gnuplot) in DIR
                   (default: beside --output=, else here)
@@ -102,14 +103,15 @@ done
 bench_workdir bigger-remote
 
 # The rows: name, then nbdkit's arguments after the link's URI ($link).
-rows=(direct rb rb4k journal whole cache)
+rows=(direct rb rb4k journal journal4k whole cache)
 declare -A label=([direct]="the export direct"
                   [rb]="ramback ram-size=$ram"
                   [rb4k]="ramback ram-size=$ram chunk=4K"
                   [journal]="ramback ram-size=$ram journal= fsync=wait"
+                  [journal4k]="ramback ram-size=$ram chunk=4K journal= fsync=wait"
                   [whole]="ramback, whole device"
                   [cache]="nbdkit cache, max $ram")
-rambacks=(rb rb4k journal whole)
+rambacks=(rb rb4k journal journal4k whole)
 declare -A uri alive
 
 head -c "$size_b" /dev/urandom > "$WORK/image"
@@ -131,11 +133,13 @@ for row in "${rows[@]}"; do
                 populate=false ram-size="$ram_b" || ok=no ;;
         rb4k) try_server rb4k "$PLUGIN" back="$link" control="$WORK/rb4k.ctl" \
                   populate=false ram-size="$ram_b" chunk=4K || ok=no ;;
-        journal)
-            head -c 64M /dev/zero > "$WORK/journal.jnl"
-            try_server journal "$PLUGIN" back="$link" control="$WORK/journal.ctl" \
-                populate=false ram-size="$ram_b" journal="$WORK/journal.jnl" \
-                fsync=wait 2>/dev/null || ok=no ;;
+        journal|journal4k)
+            head -c 64M /dev/zero > "$WORK/$row.jnl"
+            extra=()
+            [ "$row" = journal ] || extra=(chunk=4K)
+            try_server "$row" "$PLUGIN" back="$link" control="$WORK/$row.ctl" \
+                populate=false ram-size="$ram_b" journal="$WORK/$row.jnl" \
+                fsync=wait "${extra[@]}" 2>/dev/null || ok=no ;;
         whole) try_server whole "$PLUGIN" back="$link" control="$WORK/whole.ctl" \
                    populate=false || ok=no ;;
         cache) try_server cache --filter=cache nbd socket="$WORK/link_$row.sock" \
@@ -252,7 +256,7 @@ done
 t0=$(now)
 while kill -0 "${wpids[0]}" 2>/dev/null; do
     sleep 1
-    for row in rb rb4k journal; do
+    for row in rb rb4k journal journal4k; do
         [ "${alive[$row]}" = yes ] || continue
         echo "$(fsub "$(now)" "$t0") $(counters "$row")" >> "$WORK/warm-$row.hits"
     done
@@ -391,7 +395,7 @@ import statistics, sys
 plot, size, ram, ram_b, delay, rate, runtime, repeat, warm = sys.argv[1:10]
 ram_b = int (ram_b)
 v = dict (a.split ("=", 1) for a in sys.argv[10:])
-rows = ["direct", "rb", "rb4k", "journal", "whole", "cache"]
+rows = ["direct", "rb", "rb4k", "journal", "journal4k", "whole", "cache"]
 med = lambda k: statistics.median (float (x) for x in v[k].split ())
 print ("a %s device of random data, ram-size=%s; each row its own NBD export "
        "(nbdkit file, delay %s ms, rate %s bit/s); fio nbd engine, 4K, "
@@ -410,7 +414,9 @@ def hit (k):
 missed = []
 def target (row, rw, x):
     t = {("rb", "randread"): 5, ("rb", "randwrite"): 20,
-         ("journal", "randwrite"): 4}.get ((row, rw))
+         ("rb4k", "randread"): 5, ("rb4k", "randwrite"): 20,
+         ("journal", "randwrite"): 4,
+         ("journal4k", "randwrite"): 4}.get ((row, rw))
     if t is None:
         return ""
     ok = x >= t
@@ -430,7 +436,7 @@ for row in rows:
     for rw in ("randread", "randwrite"):
         x = med (rw + "." + row)
         cells += ["%.0f" % x, "%.2f" % (x / d[rw]),
-                  hit (rw + "." + row) if row in ("rb", "rb4k", "journal", "whole") else ""]
+                  hit (rw + "." + row) if row in ("rb", "rb4k", "journal", "journal4k") else ""]
         t = target (row, rw, x / d[rw])
         if t:
             tg.append (rw[4:] + " " + t)
@@ -466,7 +472,7 @@ print ("Warm-up: the read job for %s s on every cache at once, from empty "
 for row in rows:
     if row + ".warm" in v:
         t, end = v[row + ".warm"].split ()
-        line = "  %-40s by IOPS %3s s (%5s at the end)" % (v[row + ".label"], t, end)
+        line = "  %-50s by IOPS %3s s (%5s at the end)" % (v[row + ".label"], t, end)
         if row + ".warmh" in v:
             t, end = v[row + ".warmh"].split ()
             line += ", by misses %3s s (miss ratio %s at the end)" % (t, end)
@@ -481,7 +487,7 @@ for row in rows:
     ok = with_ >= 0.8 * alone
     if not ok:
         missed.append (row + " scan")
-    print ("  %-40s %6.0f IOPS alone (hits %.3f), %6.0f beside the scan (hits %.3f, "
+    print ("  %-50s %6.0f IOPS alone (hits %.3f), %6.0f beside the scan (hits %.3f, "
            "scan %.1f MiB/s): %.2f (target >= 0.8: %s)"
            % (v[row + ".label"], alone, h1 / max (h1 + m1, 1), with_,
               h2 / max (h2 + m2, 1), sbw / 1048576, with_ / alone,
@@ -492,21 +498,21 @@ print ("Memory: peak RSS (VmHWM) against ram-size= + 5%% + %d MiB (the fixed "
        "overhead: libraries, about 25 MiB at start, nbdkit's request buffers "
        "and malloc's arenas); the RAM image's own peak (sampled every 0.2 s) "
        "against ram-size= + 5%%:" % (overhead >> 20))
-for row in ("rb", "rb4k", "journal", "whole"):
+for row in ("rb", "rb4k", "journal", "journal4k", "whole"):
     if row + ".hwm" not in v:
         continue
     hwm, img = (int (x) * 1024 for x in v[row + ".hwm"].split ())
     rss0 = int (v[row + ".rss0"]) * 1024
     m = lambda b: b / 1048576
     if row == "whole":
-        print ("  %-40s peak %5.1f MiB (image %5.1f), %5.1f MiB at start "
+        print ("  %-50s peak %5.1f MiB (image %5.1f), %5.1f MiB at start "
                "(no ram-size=)" % (v[row + ".label"], m (hwm), m (img), m (rss0)))
         continue
     lim = ram_b * 1.05 + overhead
     ok = hwm <= lim and img <= ram_b * 1.05
     if not ok:
         missed.append (row + " memory")
-    print ("  %-40s peak %5.1f MiB (limit %5.1f), image %5.1f MiB (limit %5.1f), "
+    print ("  %-50s peak %5.1f MiB (limit %5.1f), image %5.1f MiB (limit %5.1f), "
            "%5.1f MiB at start: %s"
            % (v[row + ".label"], m (hwm), m (lim), m (img), m (ram_b * 1.05),
               m (rss0), "ok" if ok else "MISS"))
