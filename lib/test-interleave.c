@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "journal.h"
 #include "test-store.h"
 
 #define MiB (1024 * 1024)
@@ -1999,6 +2000,87 @@ test_journal_evict_before_apply (void)
   fx_finish_journal (&f, jpath, "a miss over a transaction not in place");
 }
 
+/* ram-size= of 48 chunks with journal=: 33 chunks apart from each other
+ * (a run each, more data than the journal appends in one request) are
+ * written and a FLUSH commits them: they are CLEAN at once, and the
+ * capture copies them from RAM run by run between the journal's
+ * writes; the test holds the first of those writes, so most are still
+ * pending.  15 chunks read between them fill the budget, and a miss
+ * evicts two: it must take two of those (clean, and on the store), not
+ * a chunk of the transaction, which the capture would then read as
+ * zeroes (or a load read back stale).
+ */
+static void
+test_journal_evict_during_capture (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 48 * CHUNK,
+                         .dirty_max = 40 * CHUNK, .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .tag = NULL };
+  g_autofree uint8_t *got = g_malloc (CHUNK);
+  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
+                    .off = 200 * CHUNK };
+  struct job fl = { .tag = "flush", .op = J_FLUSH };
+  struct ts_gate *g;
+  struct fx f;
+  uint64_t k;
+  int fd;
+
+  journal_path = g_strdup_printf ("%s/ramback-interleave-jcap-%d",
+                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
+                                  : "/var/tmp", (int) getpid ());
+  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint (fd, >=, 0);
+  close (fd);
+  journal_ts = ts_new (MiB, NULL);
+  c.journal = journal_path;
+  fx_open_cfg (&f, 149, &c, true);
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpuint (33 * CHUNK, >, RBJ_WHOLE_MAX);
+
+  for (k = 0; k < 33; k++) {
+    g_autofree uint8_t *buf = fx_random (&f, CHUNK);
+
+    fx_write (&f, buf, CHUNK, 2 * k * CHUNK, 0);
+  }
+  g = ts_gate_arm (journal_ts, &m, 0);
+  fl.f = &f;
+  job_start (&fl);
+  ts_gate_wait (g);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 0);
+  for (k = 0; k < 15; k++)
+    g_assert_cmpint (rb_pread (f.rb, got, CHUNK, (2 * k + 1) * CHUNK), ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 48);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done), "the miss to evict and return");
+  job_join (&rd);
+  g_assert_cmpint (rd.r, ==, 0);
+  for (k = 0; k < 33; k++)
+    if (chunkmap_get (&f.rb->map, 2 * k) == CS_EMPTY)
+      g_error ("journal: chunk %" PRIu64 " of a transaction being appended "
+               "was evicted (captured from RAM, or still to be)", 2 * k);
+  ts_gate_open (g);
+  TS_WAIT (rb_atomic_load (&fl.done), "the FLUSH to return");
+  job_join (&fl);
+  g_assert_cmpint (fl.r, ==, 0);
+
+  fx_check_ram (&f, "a miss during a capture");
+  g_assert_cmpint (rb_close (f.rb), ==, 0);
+  ts_assert_durable (f.ts, f.model, "a miss during a capture, then a "
+                     "clean stop");
+  ts_free (f.ts);
+  ts_free (journal_ts);
+  journal_ts = NULL;
+  g_free (f.model);
+  g_rand_free (f.r);
+  unlink (journal_path);
+  g_free (journal_path);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -2054,5 +2136,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
   g_test_add_func ("/interleave/journal-evict-before-apply",
                    test_journal_evict_before_apply);
+  g_test_add_func ("/interleave/journal-evict-during-capture",
+                   test_journal_evict_during_capture);
   return g_test_run ();
 }
