@@ -1634,6 +1634,42 @@ __wrap_rb_store_open (const struct rb_store_params *p)
   return __real_rb_store_open (p);
 }
 
+/* The fixture with configuration *c and a journal of 1 MiB on the test
+ * store journal_ts (name: its file's, which must exist).
+ */
+static void
+fx_open_journal_ts (struct fx *f, guint32 seed, struct rb_config *c,
+                    const char *name)
+{
+  int fd;
+
+  journal_path = g_strdup_printf ("%s/ramback-interleave-%s-%d",
+                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
+                                  : "/var/tmp", name, (int) getpid ());
+  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint (fd, >=, 0);
+  close (fd);
+  journal_ts = ts_new (MiB, NULL);
+  c->journal = journal_path;
+  fx_open_cfg (f, seed, c, true);
+}
+
+/* RAM == model, a clean stop, store == model; and free it all. */
+static void
+fx_finish_journal_ts (struct fx *f, const char *what)
+{
+  fx_check_ram (f, what);
+  g_assert_cmpint (rb_close (f->rb), ==, 0);
+  ts_assert_durable (f->ts, f->model, what);
+  ts_free (f->ts);
+  ts_free (journal_ts);
+  journal_ts = NULL;
+  g_free (f->model);
+  g_rand_free (f->r);
+  unlink (journal_path);
+  g_free (journal_path);
+}
+
 /* fsync=wait, a journal of the smallest size (1 MiB: it holds less
  * than the 1 MiB device), no commit but those asked for.  The whole
  * device is zeroed, a piece at a time: ZERO chunks, a few bytes of
@@ -1653,17 +1689,8 @@ test_journal_failed_commit (void)
   struct fx f;
   struct job j;
   uint64_t off;
-  int fd;
 
-  journal_path = g_strdup_printf ("%s/ramback-interleave-jfail-%d",
-                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
-                                  : "/var/tmp", (int) getpid ());
-  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-  g_assert_cmpint (fd, >=, 0);
-  close (fd);
-  journal_ts = ts_new (MiB, NULL);
-  c.journal = journal_path;
-  fx_open_cfg (&f, 113, &c, true);
+  fx_open_journal_ts (&f, 113, &c, "jfail");
 
   for (off = 0; off < SIZE; off += 16 * CHUNK) {
     g_assert_cmpint (rb_zero (f.rb, 16 * CHUNK, off, 0), ==, 0);
@@ -1681,16 +1708,7 @@ test_journal_failed_commit (void)
     g_error ("journal: a FLUSH after a failed commit failed: %s",
              rb_get_error ());
 
-  fx_check_ram (&f, "a failed commit");
-  g_assert_cmpint (rb_close (f.rb), ==, 0);
-  ts_assert_durable (f.ts, f.model, "a failed commit, then a clean stop");
-  ts_free (f.ts);
-  ts_free (journal_ts);
-  journal_ts = NULL;
-  g_free (f.model);
-  g_rand_free (f.r);
-  unlink (journal_path);
-  g_free (journal_path);
+  fx_finish_journal_ts (&f, "a failed commit, then a clean stop");
 }
 
 /* --- a zero run collected, then written over ------------------------ */
@@ -2025,17 +2043,8 @@ test_journal_evict_during_capture (void)
   struct ts_gate *g;
   struct fx f;
   uint64_t k;
-  int fd;
 
-  journal_path = g_strdup_printf ("%s/ramback-interleave-jcap-%d",
-                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
-                                  : "/var/tmp", (int) getpid ());
-  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-  g_assert_cmpint (fd, >=, 0);
-  close (fd);
-  journal_ts = ts_new (MiB, NULL);
-  c.journal = journal_path;
-  fx_open_cfg (&f, 149, &c, true);
+  fx_open_journal_ts (&f, 149, &c, "jcap");
   g_assert_true (f.rb->slotted);
   g_assert_cmpuint (33 * CHUNK, >, RBJ_WHOLE_MAX);
 
@@ -2068,17 +2077,7 @@ test_journal_evict_during_capture (void)
   job_join (&fl);
   g_assert_cmpint (fl.r, ==, 0);
 
-  fx_check_ram (&f, "a miss during a capture");
-  g_assert_cmpint (rb_close (f.rb), ==, 0);
-  ts_assert_durable (f.ts, f.model, "a miss during a capture, then a "
-                     "clean stop");
-  ts_free (f.ts);
-  ts_free (journal_ts);
-  journal_ts = NULL;
-  g_free (f.model);
-  g_rand_free (f.r);
-  unlink (journal_path);
-  g_free (journal_path);
+  fx_finish_journal_ts (&f, "a miss during a capture, then a clean stop");
 }
 
 int
