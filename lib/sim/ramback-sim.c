@@ -969,6 +969,10 @@ run_seed (uint64_t seed, uint64_t ops, bool verbose, struct result *res)
   snprintf (sim->dir, sizeof sim->dir, "%s/ramback-sim.%d",
             getenv ("RAMBACK_SIM_DIR") ? getenv ("RAMBACK_SIM_DIR")
             : "/dev/shm", (int) getpid ());
+  /* A killed run (SIGPIPE, timeout) leaves its directory, which a later
+   * one with the same pid would otherwise resume from.
+   */
+  rm_dir ();
   mkdir (sim->dir, 0700);
   {
     char p[300];
