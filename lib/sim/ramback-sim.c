@@ -347,12 +347,12 @@ hint_set (const struct sumbits *sb, uint64_t i)
  * bytes count as unsynced), each twice its chunks (limit_span).  This
  * is the engine's "exceeded by at most the writes in progress at once".
  *
- * Not checked with journal=: the committer, not the flusher, drains
- * the dirty data there, and counts a transaction's chunks in flight
- * until it is in place, once per transaction that holds a chunk
- * (check_stats); D was seen at the limit there with no request in
- * progress since it was last below (seed 1002), which this bound does
- * not model.  Nor where D grows with no request:
+ * With journal= the committer, not the flusher, drains the dirty
+ * data, and counts a transaction's chunks in flight (before they leave
+ * DIRTY: no dip) until it is in place, once per transaction that holds
+ * a chunk (check_stats): a chunk in two transactions was dirtied twice,
+ * by two requests, so D still grows only by requests.  Not checked
+ * where D grows with no request:
  *   - with ups-window=, whose limit moves with the measured bandwidth
  *     (a limit that drops leaves D above it);
  *   - after a failed write or sync on either disk: a failed sync
@@ -409,7 +409,7 @@ static bool
 limit_applies (void)
 {
   return idle_rb != NULL && sim->cfg.dirty_max != 0 &&
-    !sim->cfg.ups_window && !sim->cfg.journal;
+    !sim->cfg.ups_window;
 }
 
 /* Every scheduling point: a request in progress while D is below the
