@@ -27,6 +27,8 @@
 #   start_server NAME ARGS...  nbdkit ARGS on $WORK/NAME.sock; sets
 #                          NAME_pid, NAME_sock, NAME_uri; killed at exit
 #                          by kill_servers
+#   try_server NAME ARGS...    the same, but returns 1 if nbdkit refuses
+#                          to start (its messages in $WORK/NAME.log)
 #   stop_server NAME       SIGTERM (ramback drains first) and wait
 #   kill_servers           SIGTERM every server still running, SIGKILL
 #                          after 60 s (for the script's exit trap)
@@ -138,12 +140,15 @@ median () {
 
 pids=()
 start_server () {
+    try_server "$@" || die "nbdkit $1 failed to start"
+}
+try_server () {
     local name=$1; shift
     local sock=$WORK/$name.sock
     : >"$WORK/$name.log"
     SERVE_POLL=0.002 SERVE_TIMEOUT=30 serve_bg "$sock" "$WORK/$name.pid" \
         "$WORK/$name.log" nbdkit -f -U "$sock" -P "$WORK/$name.pid" "$@" ||
-        die "nbdkit $name failed to start"
+        return 1
     pids+=("$SERVE_PID")
     printf -v "${name}_pid" %s "$SERVE_PID"
     printf -v "${name}_sock" %s "$sock"
@@ -169,7 +174,7 @@ kill_servers () {
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
     for p in "${pids[@]}"; do
         for _ in $(seq 600); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$p" 2>/dev/null
+        kill -KILL "$p" 2>/dev/null || true
     done
     pids=()
 }

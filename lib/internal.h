@@ -480,11 +480,6 @@ struct rb_journal_ops {
    * 'deadline' (rb_deadline_ms); 'what' names the caller in errors.
    */
   int (*wait_applied) (struct rb *rb, uint64_t deadline, const char *what);
-  /* ram-size=: is chunk c in a transaction not yet in place and synced
-   * on the backing store (it may not be evicted)?  Lock-free; see the
-   * top of txn.c for why the evictor's order of reads is enough.
-   */
-  bool (*holds) (struct rb *rb, uint64_t c);
 };
 /* Open the journal and replay it onto the backing store; sets rb->jops. */
 extern int rbi_txn_open (struct rb *rb);

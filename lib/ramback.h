@@ -304,7 +304,7 @@ struct rb_stats {
   /* ram-size= (0 when the whole device is in RAM) */
   uint64_t ram_size;          /* the budget in force, bytes */
   uint64_t resident_bytes;    /* chunks in RAM now, bytes */
-  uint64_t hits;              /* requests whose chunks were all in RAM */
+  uint64_t hits;              /* requests that needed no load */
   uint64_t misses;            /* requests that had to load */
   uint64_t evictions;         /* chunks evicted */
   uint64_t slot_waits;        /* reservations that waited for write back */

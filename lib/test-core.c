@@ -448,6 +448,95 @@ run_concurrent (bool populate_race)
   g_rand_free (r);
 }
 
+/* ram-size= with partial chunks: a chunk loaded in part is resident
+ * (it holds a slot), so another read of its loaded sectors is a hit:
+ * it reserves no slot and evicts nothing, and a miss on another of its
+ * sectors loads that sector without a slot either.  With the budget
+ * full of such chunks, rereading them must not evict one of them.
+ */
+static void
+ram_size_16_chunks (struct rb_config *c)
+{
+  c->populate = false;
+  c->ram_size = 16 * 65536;
+}
+
+static void
+test_partial_hits (void)
+{
+  const uint32_t chunk = 65536;
+  size_t size = 4 * MiB;
+  char *path = temp_path ("partial-hits");
+  uint8_t *model = g_malloc (size), *buf = g_malloc (4096);
+  GRand *r = g_rand_new_with_seed (29);
+  struct rb_stats st;
+  uint64_t before;
+  struct rb *rb;
+  int pass, k;
+
+  ts_fill_random (r, model, size);
+  write_file (path, model, size);
+  rb = open_rb (path, chunk, ram_size_16_chunks);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.ram_size, ==, 16 * chunk);
+
+  /* One sector of each of 16 chunks: the budget is full. */
+  for (k = 0; k < 16; k++)
+    g_assert_cmpint (rb_pread (rb, buf, 4096, (3 * k) * chunk + 4096), ==, 0);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.misses, ==, 16);
+  g_assert_cmpuint (st.resident_bytes, ==, 16 * chunk);
+  before = st.demand_loaded_bytes;
+
+  /* The same sectors again, three times: hits. */
+  for (pass = 0; pass < 3; pass++)
+    for (k = 0; k < 16; k++) {
+      g_assert_cmpint (rb_pread (rb, buf, 4096, (3 * k) * chunk + 4096),
+                       ==, 0);
+      g_assert_true (memcmp (buf, model + (3 * k) * chunk + 4096,
+                             4096) == 0);
+    }
+  rb_get_stats (rb, &st);
+  if (st.evictions != 0 || st.hits != 48)
+    g_error ("rereading the loaded sectors of 16 partial chunks with a "
+             "budget of 16: %" PRIu64 " hits (want 48), %" PRIu64
+             " misses (want 16), %" PRIu64 " evictions (want 0), %" PRIu64
+             " bytes loaded again", st.hits, st.misses, st.evictions,
+             st.demand_loaded_bytes - before);
+  g_assert_cmpuint (st.demand_loaded_bytes, ==, before);
+
+  /* Another sector of a resident chunk: a miss, one sector loaded,
+   * still nothing evicted.
+   */
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 3 * chunk + 8192), ==, 0);
+  g_assert_true (memcmp (buf, model + 3 * chunk + 8192, 4096) == 0);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.misses, ==, 17);
+  g_assert_cmpuint (st.evictions, ==, 0);
+  g_assert_cmpuint (st.demand_loaded_bytes, ==, before + 4096);
+
+  /* A write of whole sectors into a resident chunk: no slot either. */
+  ts_fill_random (r, buf, 4096);
+  g_assert_cmpint (rb_pwrite (rb, buf, 4096, 6 * chunk + 12288, 0), ==, 0);
+  memcpy (model + 6 * chunk + 12288, buf, 4096);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.evictions, ==, 0);
+
+  /* A chunk not in RAM: now something goes. */
+  g_assert_cmpint (rb_pread (rb, buf, 4096, 60 * chunk), ==, 0);
+  g_assert_true (memcmp (buf, model + 60 * chunk, 4096) == 0);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.evictions, >, 0);
+
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  assert_file_equals (path, model, size);
+  unlink (path);
+  g_free (path);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
 static void
 test_toggle (void)
 {
@@ -865,6 +954,7 @@ main (int argc, char *argv[])
                         GUINT_TO_POINTER (65536), test_model_slow_populate);
   g_test_add_func ("/core/miss-cost", test_miss_cost);
   g_test_add_func ("/core/populate-race-partial", test_populate_race_partial);
+  g_test_add_func ("/core/partial-hits", test_partial_hits);
   g_test_add_func ("/core/toggle", test_toggle);
   g_test_add_func ("/core/populate-race", test_populate_race);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);

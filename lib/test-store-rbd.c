@@ -12,6 +12,10 @@
  * never runs) once the caller of another offset has made its call.
  * Rules are for writes; reads and zeroes run at once.
  *
+ * How a batch is cut: every aio call's offset and length are kept, so
+ * a test sees the pieces a write went out in (their size, that none
+ * crosses an object of the image, that they cover it exactly).
+ *
  * What is forced: a request refused synchronously while requests of
  * other threads were issued before it and after it.  The store must
  * take exactly that request out of its in-flight list, whatever its
@@ -47,7 +51,8 @@
 
 #define TIMEOUT_S 60
 #define IMG_SIZE (64 * 1024 * 1024)
-#define OBJ_SIZE (4 * 1024 * 1024)
+#define OBJ_SIZE (4 * 1024 * 1024)   /* the image's, unless a test sets it */
+#define MiB (1024 * 1024)
 #define MAX_RULES 8
 #define BLOCK 4096
 
@@ -78,7 +83,9 @@ struct fake {
   struct rule rules[MAX_RULES];
   unsigned nrules;
   uint64_t called[64];        /* offsets whose aio call was made */
+  uint64_t called_len[64];    /* and their lengths */
   unsigned ncalled;
+  uint64_t obj_size;          /* the image's object size */
   uint64_t entered[64];       /* offsets whose aio call has begun */
   unsigned nentered;
   struct fake_comp *held[MAX_RULES];
@@ -127,6 +134,7 @@ fake_reset (void)
   g_free (fk.img);
   fk.img = g_malloc0 (IMG_SIZE);
   fk.nrules = fk.ncalled = fk.nentered = fk.nheld = 0;
+  fk.obj_size = OBJ_SIZE;
   pthread_mutex_unlock (&fk.lock);
 }
 
@@ -228,6 +236,7 @@ fake_aio (int op, uint64_t off, size_t len, char *buf, rbd_completion_t cp)
   else
     apply (c);
   g_assert_cmpuint (fk.ncalled, <, G_N_ELEMENTS (fk.called));
+  fk.called_len[fk.ncalled] = len;
   fk.called[fk.ncalled++] = off;
   pthread_cond_broadcast (&fk.cond);
   pthread_mutex_unlock (&fk.lock);
@@ -337,8 +346,8 @@ rbd_stat (rbd_image_t image, rbd_image_info_t *info, size_t infosize)
 {
   memset (info, 0, infosize);
   info->size = IMG_SIZE;
-  info->obj_size = OBJ_SIZE;
-  info->num_objs = IMG_SIZE / OBJ_SIZE;
+  info->obj_size = fk.obj_size;
+  info->num_objs = IMG_SIZE / fk.obj_size;
   info->order = 22;
   return 0;
 }
@@ -537,18 +546,26 @@ assert_block (struct rb_store *s, uint64_t offset, uint8_t fill)
   g_assert_cmpmem (got, BLOCK, want, BLOCK);
 }
 
+/* A store on a new image of objects of obj_size bytes. */
 static struct rb_store *
-open_store (void)
+open_store_obj (uint64_t obj_size)
 {
   struct rb_store_params p = { .uri = "rbd:pool/image" };
   struct rb_store *s;
 
   fake_reset ();
+  fk.obj_size = obj_size;
   s = rb_store_rbd_open (&p);
   if (s == NULL)
     g_error ("rb_store_rbd_open: %s", rb_get_error ());
   g_assert_cmpuint (s->size, ==, IMG_SIZE);
   return s;
+}
+
+static struct rb_store *
+open_store (void)
+{
+  return open_store_obj (OBJ_SIZE);
 }
 
 #define X (0 * OBJ_SIZE)        /* issued before the refused one */
@@ -644,11 +661,90 @@ test_refused_middle (void)
   refused_amid_others (true);
 }
 
+/* One write of 'len' bytes at 'off' on an image of obj_size objects:
+ * it goes out in pieces of at most 'piece' bytes at multiples of it (so
+ * never across an object), covering it exactly, in 'want' aio calls, and
+ * the image holds it.  A piece of a whole 4 MiB object is slower to
+ * write on an OSD than four of 1 MiB (bench/README.md, bench-rbd.sh).
+ */
+static void
+cut_write (uint64_t obj_size, uint64_t off, uint64_t len, uint64_t piece,
+           unsigned want)
+{
+  struct rb_store *s = open_store_obj (obj_size);
+  g_autofree uint8_t *buf = g_malloc (len);
+  uint64_t pos = off;
+  unsigned i;
+
+  for (i = 0; i < len; i++)
+    buf[i] = (uint8_t) (i * 7 + 1);
+  g_assert_cmpint (rb_store_pwrite (s, buf, len, off), ==, 0);
+  g_assert_cmpuint (fk.ncalled, ==, want);
+  for (i = 0; i < fk.ncalled; i++) {
+    uint64_t o = fk.called[i], l = fk.called_len[i];
+
+    g_assert_cmpuint (o, ==, pos);
+    g_assert_cmpuint (l, >, 0);
+    g_assert_cmpuint (l, <=, piece);
+    g_assert_cmpuint (o / piece, ==, (o + l - 1) / piece);
+    g_assert_cmpuint (o / obj_size, ==, (o + l - 1) / obj_size);
+    pos += l;
+  }
+  g_assert_cmpuint (pos, ==, off + len);
+  g_assert_cmpmem (fk.img + off, len, buf, len);
+  g_assert_cmpuint (status_u64 (s, "store_requests"), ==, want);
+  rb_store_close (s);
+}
+
+/* 6 MiB from 3.5 MiB on 4 MiB objects: 0.5 + 5 x 1 + 0.5 MiB. */
+static void
+test_pieces_1m (void)
+{
+  cut_write (OBJ_SIZE, 7 * MiB / 2, 6 * MiB, MiB, 7);
+}
+
+/* Objects smaller than 1 MiB: pieces of an object each. */
+static void
+test_pieces_small_objects (void)
+{
+  cut_write (MiB / 4, MiB / 8, MiB, MiB / 4, 5);
+}
+
+/* A read of 6 MiB from 3.5 MiB on 4 MiB objects goes out in whole
+ * objects (0.5 + 4 + 1.5 MiB): reads gained nothing from smaller
+ * pieces.
+ */
+static void
+test_pieces_read (void)
+{
+  struct rb_store *s = open_store ();
+  const uint64_t off = 7 * MiB / 2, len = 6 * MiB;
+  const uint64_t want_off[] = { off, 4 * MiB, 8 * MiB };
+  const uint64_t want_len[] = { MiB / 2, 4 * MiB, 3 * MiB / 2 };
+  g_autofree uint8_t *buf = g_malloc (len);
+  unsigned i;
+
+  for (i = 0; i < IMG_SIZE; i++)
+    fk.img[i] = (uint8_t) (i * 13 + 5);
+  g_assert_cmpint (rb_store_pread (s, buf, len, off), ==, 0);
+  g_assert_cmpmem (buf, len, fk.img + off, len);
+  g_assert_cmpuint (fk.ncalled, ==, G_N_ELEMENTS (want_off));
+  for (i = 0; i < fk.ncalled; i++) {
+    g_assert_cmpuint (fk.called[i], ==, want_off[i]);
+    g_assert_cmpuint (fk.called_len[i], ==, want_len[i]);
+  }
+  rb_store_close (s);
+}
+
 int
 main (int argc, char *argv[])
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/store-rbd/refused-head", test_refused_head);
   g_test_add_func ("/store-rbd/refused-middle", test_refused_middle);
+  g_test_add_func ("/store-rbd/pieces-1m", test_pieces_1m);
+  g_test_add_func ("/store-rbd/pieces-small-objects",
+                   test_pieces_small_objects);
+  g_test_add_func ("/store-rbd/pieces-read", test_pieces_read);
   return g_test_run ();
 }

@@ -552,68 +552,123 @@ fast_write (struct rb *rb, const struct req *r)
  * the write.
  */
 static int
-journal_into_ram (struct rb *rb, const struct req *r)
+journal_write (struct rb *rb, const struct req *r)
 {
   uint64_t reserved;
   int ret = 0;
 
+  rbi_throttle (rb);
   if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
-  /* ram-size=: no lock-free path (a chunk may leave RAM). */
-  if (rb->slotted || !loaded (rb, r->c0, r->c1))
+  if (!loaded (rb, r->c0, r->c1))
     ret = slow_path (rb, r);
   else
     fast_write (rb, r);
   rb->jops->write_end (rb, reserved);
+  if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
+    ret = rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
+  else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
+    ret = rb->jops->sync (rb);
   return ret;
-}
-
-/* Then writethrough and FUA wait for the transaction. */
-static int
-journal_wait (struct rb *rb, const struct req *r)
-{
-  if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
-    return rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
-  if ((r->flags & RB_FUA) && rb->cfg.fsync_wait)
-    return rb->jops->sync (rb);
-  return 0;
-}
-
-static int
-journal_write (struct rb *rb, const struct req *r)
-{
-  rbi_throttle (rb);
-  if (journal_into_ram (rb, r) == -1)
-    return -1;
-  return journal_wait (rb, r);
 }
 
 /* ram-size= smaller than the device (slots.c): no lock-free path, as
  * a chunk may leave RAM; every request holds a range over its chunks,
  * which the evictor takes too.  A request goes in pieces of at most
- * rb->piece_chunks chunks, each of which reserves a slot per chunk
- * first, unless all of its chunks were whole at the check.  Writes
+ * rb->piece_chunks chunks, each of which first reserves a slot for
+ * each of its chunks that is not resident (EMPTY) at the check.  A
+ * partial chunk is resident: it holds its slot already, and a miss on
+ * its other sectors loads them into that slot.  A piece is a hit if
+ * it needs no load (a read: all its sectors valid; a write: all its
+ * chunks resident, and the sectors it covers in part valid); every
+ * resident chunk it touches counts as used again (evict.h).  Writes
  * take the slow path (or writethrough) piece by piece: NBD promises
  * no atomicity for a write, and each piece is done in full before the
  * next begins.
  */
 
-/* Are chunks [c0, c1] whole?  A hint, checked again under the range. */
-static bool
-all_whole (struct rb *rb, uint64_t c0, uint64_t c1)
+/* The chunks of [c0, c1] that are not resident.  A hint, checked
+ * again under the range.
+ */
+static uint64_t
+empty_chunks (struct rb *rb, uint64_t c0, uint64_t c1)
 {
-  return chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED) &&
-    !chunkmap_any_partial (&rb->map, c0, c1 - c0 + 1);
+  uint64_t c, n = 0;
+
+  for (c = c0; c <= c1; c++)
+    n += chunkmap_get (&rb->map, c) == CS_EMPTY;
+  return n;
+}
+
+/* Is every sector of [off, end) valid in RAM?  Without sector bits,
+ * are its chunks loaded?  A hint without a range over it.
+ */
+static bool
+all_valid (struct rb *rb, uint64_t off, uint64_t end)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t s, s1;
+
+  if (!sectored (rb)) {
+    uint64_t c0 = rbi_chunk_of (rb, off), c1 = rbi_chunk_of (rb, end - 1);
+
+    return chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED);
+  }
+  s = off >> rb->sector_shift;
+  s1 = (end - 1) >> rb->sector_shift;
+  while (s <= s1) {
+    uint64_t next_chunk = ((s >> shift) + 1) << shift;
+    unsigned n = RB_MIN (RB_MIN (s1 + 1, next_chunk) - s, 64 - s % 64);
+
+    if (chunkmap_invalid (&rb->map, s, n))
+      return false;
+    s += n;
+  }
+  return true;
+}
+
+/* Would write r load nothing: its chunks resident, and the sectors it
+ * covers in part (its head and tail) valid?
+ */
+static bool
+write_in_ram (struct rb *rb, const struct req *r)
+{
+  uint64_t sz = UINT64_C (1) << rb->sector_shift, end = r->offset + r->count;
+
+  if (empty_chunks (rb, r->c0, r->c1) > 0)
+    return false;
+  if (!sectored (rb))
+    return all_valid (rb, r->offset, end);
+  return ((r->offset & (sz - 1)) == 0 ||
+          all_valid (rb, r->offset, r->offset + 1)) &&
+    ((end & (sz - 1)) == 0 || end >= rb->size || all_valid (rb, end - 1, end));
+}
+
+/* Chunks [c0, c1] were used: every resident one counts (the access
+ * that loads a chunk does not, evict.h).
+ */
+static void
+touch (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  uint64_t c;
+
+  for (c = c0; c <= c1; c++)
+    if (chunkmap_get (&rb->map, c) != CS_EMPTY)
+      evict_touch (&rb->evict, c);
 }
 
 static void
 hit (struct rb *rb, uint64_t c0, uint64_t c1)
 {
-  uint64_t c;
-
   rb_atomic_add (&rb->hits, 1);
-  for (c = c0; c <= c1; c++)
-    evict_touch (&rb->evict, c);
+  touch (rb, c0, c1);
+}
+
+static void
+miss (struct rb *rb, uint64_t c0, uint64_t c1)
+{
+  rb_atomic_add (&rb->misses, 1);
+  touch (rb, c0, c1);
 }
 
 /* The end of the piece of [offset, end) that starts at offset. */
@@ -658,10 +713,7 @@ slotted_write (struct rb *rb, const struct req *r)
   while (off < end) {
     uint64_t pend = piece_end (rb, off, end), n = 0;
     struct req p = *r;
-    /* With journal= every piece goes into RAM through the journal's
-     * gate (journal_write), and the request waits at the end.
-     */
-    bool wt = !rb->jops && writes_through (rb, r);
+    bool wt = writes_through (rb, r);
     int ret;
 
     p.offset = off;
@@ -676,20 +728,15 @@ slotted_write (struct rb *rb, const struct req *r)
     }
     else
       rbi_throttle (rb);
-    if (all_whole (rb, p.c0, p.c1))
+    if (write_in_ram (rb, &p))
       hit (rb, p.c0, p.c1);
     else {
-      rb_atomic_add (&rb->misses, 1);
-      n = p.c1 - p.c0 + 1;
-      if (rbi_slots_reserve (rb, n) == -1)
+      miss (rb, p.c0, p.c1);
+      n = empty_chunks (rb, p.c0, p.c1);
+      if (n > 0 && rbi_slots_reserve (rb, n) == -1)
         return -1;
     }
-    /* Slots first, then the journal's gate: a reserver may wait for
-     * a commit point (slots.c), which takes the gate exclusively.
-     */
-    if (rb->jops)
-      ret = journal_into_ram (rb, &p);
-    else if (wt)
+    if (wt)
       ret = writethrough (rb, &p);
     else
       ret = slow_path (rb, &p);
@@ -698,7 +745,7 @@ slotted_write (struct rb *rb, const struct req *r)
       return -1;
     off = pend;
   }
-  return rb->jops ? journal_wait (rb, r) : 0;
+  return 0;
 }
 
 static int
@@ -788,19 +835,20 @@ slotted_read (struct rb *rb, void *buf, struct rb_data *data,
 
     range_of (rb, c0, c1, &start, &rend);
     for (;;) {
+      uint64_t e;
+
       rangelock_acquire (&rb->rl, &node, start, rend, RL_LOAD);
-      if (all_whole (rb, c0, c1) || n > 0)
+      e = empty_chunks (rb, c0, c1);
+      if (e == 0 || n > 0)
         break;
-      /* Not all in RAM: reserve slots, without holding the range. */
+      /* Chunks not in RAM: reserve slots, without holding the range. */
       rangelock_release (&rb->rl, &node);
-      n = c1 - c0 + 1;
+      n = e;
       if (rbi_slots_reserve (rb, n) == -1)
         return -1;
     }
-    if (n == 0)
-      hit (rb, c0, c1);
-    else if (!all_whole (rb, c0, c1)) {
-      rb_atomic_add (&rb->misses, 1);
+    if (!all_valid (rb, off, pend)) {
+      miss (rb, c0, c1);
       rbi_note_miss (rb);
       if (sectored (rb)) {
         uint64_t sz = UINT64_C (1) << rb->sector_shift;

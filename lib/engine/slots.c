@@ -44,13 +44,6 @@
  * to clear instead would wait for good (every resident chunk clean
  * with NB, nothing to write back or sync).
  *
- * With journal=, CLEAN is not enough: a chunk is CLEAN from its
- * transaction's commit point on, before it is captured, committed, and
- * written in place and synced; until then the journal holds it
- * (jops->holds, counted per chunk in txn.c) and it is kept.  The
- * journal's applier, not the flusher, then wakes the reservers and
- * trims what is over the budget.
- *
  * A victim not synced yet is kept, and the search goes on, for a
  * bounded number of steps (evict_some): sync_lock is the victim's
  * only, so the sync that would free it can run meanwhile.
@@ -106,6 +99,15 @@ rbi_slots_check (const struct rb *rb)
                   "ram-size=%" PRIu64 " or more, or a smaller chunk=",
                   ram, n, rb->chunk_size, RB_MIN_SLOTS,
                   (uint64_t) RB_MIN_SLOTS << rb->chunk_shift);
+    return -1;
+  }
+  if (rb->cfg.journal) {
+    rb_set_error (EINVAL, "ram-size=%" PRIu64 " (smaller than the %" PRIu64
+                  "-byte device) does not work with journal= yet: a chunk "
+                  "in a transaction not yet applied could be evicted and "
+                  "read back stale from the backing store; drop journal= "
+                  "or give ram-size= of at least the device size", ram,
+                  rb->size);
     return -1;
   }
   if (rb->cfg.dirty_max >= ram) {
@@ -176,17 +178,13 @@ is_resident (void *opaque, uint64_t c)
   return chunkmap_get (&rb->map, c) != CS_EMPTY;
 }
 
-/* The policy's pre-check, without the range (rechecked under it).  With
- * journal=, a CLEAN chunk may still be in a transaction not in place
- * yet (txn.c): the state first, then the journal's count.
- */
+/* The policy's pre-check, without the range (rechecked under it). */
 static bool
 may_evict (void *opaque, uint64_t c)
 {
   struct rb *rb = opaque;
 
-  return chunkmap_get (&rb->map, c) == CS_CLEAN &&
-    !(rb->jops && rb->jops->holds (rb, c));
+  return chunkmap_get (&rb->map, c) == CS_CLEAN;
 }
 
 /* Does [off, off+len) overlap a write not synced yet?  rb->lock held. */
@@ -326,10 +324,7 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
     }
     /* Every resident chunk is dirty or not synced yet: write back. */
     rb_atomic_add (&rb->slot_waits, 1);
-    if (rb->jops)               /* a commit point, and in place now */
-      rb->jops->hurry (rb);
-    else
-      rbi_flusher_hurry (rb);
+    rbi_flusher_hurry (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       /* The deadline only bounds a wait for a store's suspects

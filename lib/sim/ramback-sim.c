@@ -178,15 +178,13 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
   c->can_fua = PICK (2);
   c->crash_permille = (unsigned[]) { 0, 15, 40, 80 }[PICK (4)];
   /* Picked last, so that the picks above stay what they were for the
-   * seeds before it.  ram-size= needs 16 chunks, and dirty-max= below
-   * it.  With journal= only even seeds pick it: the odd ones keep the
-   * configuration they had before journal= worked with ram-size=
-   * (1169 found a journal bug with the whole device in RAM).
+   * seeds before it.  ram-size= needs 16 chunks and no journal=, and
+   * dirty-max= below it.
    */
   {
     uint64_t nchunks = (c->size + c->chunk_size - 1) / c->chunk_size;
 
-    if (nchunks > 17 && (!c->journal || seed % 2 == 0) && PICK (2)) {
+    if (!c->journal && nchunks > 17 && PICK (2)) {
       c->ram_size = (16 + PICK (nchunks - 17)) * (uint64_t) c->chunk_size;
       if (c->dirty_max >= c->ram_size)
         c->dirty_max = c->ram_size / 2;

@@ -10,11 +10,20 @@
  * keyring).  Those are the rbd command's --conf, --id and --keyring,
  * and QEMU's conf=, id= and keyring= options of its rbd: driver.
  *
- * Requests.  A batch is cut into pieces at the image's object
- * boundaries (4 MiB by default), each handed to librbd's asynchronous
- * API (rbd_aio_read, rbd_aio_write, rbd_aio_write_zeroes) with up to
- * max_inflight of them in flight for the whole store; librbd sends
- * pieces of different objects to the OSDs in parallel.  The caller
+ * Requests.  A batch is cut into pieces, each handed to librbd's
+ * asynchronous API (rbd_aio_read, rbd_aio_write, rbd_aio_write_zeroes)
+ * with up to max_inflight of them in flight for the whole store;
+ * librbd sends them to the OSDs in parallel.  Reads are cut at the
+ * image's object boundaries (4 MiB by default), zeroes in pieces of up
+ * to 64 MiB, and writes in pieces of at most PIECE_BYTES (1 MiB), at
+ * its multiples, so never across an object (objects of less than that:
+ * a piece each).  Why writes of 1 MiB rather than whole objects: an
+ * OSD starts on a write once it has received all of it, so smaller
+ * ones keep its disk and the link busy at once; a whole-image write
+ * back to a single-OSD cluster ran at a median 1.44x in 1 MiB pieces of
+ * what it did in 4 MiB ones (9 paired runs, 7 of them faster, on a
+ * loaded machine; 2 MiB, 512 KiB, 256 KiB, and 16 or 64 in flight did
+ * no better).  Reads showed no such gain, and keep whole objects.  The caller
  * sleeps until its batch's pieces have all completed (the completions
  * run on librbd's threads and only count down under the store lock).
  * A piece is on the store's in-flight list (inflight.h, for status)
@@ -90,6 +99,7 @@
 #define DEFAULT_INFLIGHT 32         /* pieces in flight, whole store */
 #define MAX_INFLIGHT 1024
 #define MAX_ZERO_REQUEST (64 * 1024 * 1024)
+#define PIECE_BYTES (1024 * 1024)   /* a read or write request, at most */
 #define STALL_MS 10000              /* a request this old: "offline" */
 #define MOUNT_TIMEOUT "15"          /* seconds to reach the monitors */
 
@@ -505,7 +515,8 @@ rbd_store_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   struct rbd_store *st = s->handle;
   CLEANUP_FREE struct piece *pieces = NULL;
   struct rb_store_cut cut = {
-    .rw_step = st->object_size,
+    .rw_step = RB_MIN (st->object_size, (uint64_t) PIECE_BYTES),
+    .read_step = st->object_size,
     .zero_step = RB_MAX (st->object_size, (uint64_t) MAX_ZERO_REQUEST),
     .aligned = true,
   };

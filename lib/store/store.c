@@ -79,6 +79,17 @@ check_io (const struct rb_store *s, struct rb_io *io,
   return true;
 }
 
+/* The step of io's pieces. */
+static uint64_t
+cut_step (const struct rb_store_cut *c, const struct rb_io *io)
+{
+  if (io->op == RB_IO_ZERO)
+    return c->zero_step;
+  if (io->op == RB_IO_READ && c->read_step)
+    return c->read_step;
+  return c->rw_step;
+}
+
 void *
 rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
                    struct rb_io *ios, size_t n, size_t size,
@@ -93,7 +104,7 @@ rb_store_cut_plan (struct rb_store_cut *c, const struct rb_store *s,
   *npieces = -1;
   for (i = 0; i < n; i++) {
     struct rb_io *io = &ios[i];
-    uint64_t step = io->op == RB_IO_ZERO ? c->zero_step : c->rw_step;
+    uint64_t step = cut_step (c, io);
 
     if (!check_io (s, io, &first_err, who, ro_what))
       continue;
@@ -141,7 +152,7 @@ rb_store_cut_next (struct rb_store_cut *c, struct rb_io *ios, size_t n)
     pos = c->io->offset;
   }
   end = c->io->offset + c->io->count;
-  step = c->io->op == RB_IO_ZERO ? c->zero_step : c->rw_step;
+  step = cut_step (c, c->io);
   next = c->aligned ? (pos / step + 1) * step : pos + step;
   next = RB_MIN (next, end);
   c->offset = pos;

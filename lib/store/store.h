@@ -153,7 +153,8 @@ extern void rb_store_close (struct rb_store *s);
 
 /* Cutting a batch into pieces for a store that runs them in parallel
  * (store-nbd.c, the filter's store-next.c).  A request is cut into
- * pieces of at most its step (zero_step for a ZERO, rw_step otherwise):
+ * pieces of at most its step (zero_step for a ZERO, read_step for a
+ * READ if set, rw_step otherwise):
  * with aligned, at the multiples of the step (so no two pieces share a
  * block of a store that does read-modify-write), else from the
  * request's own start.  The caller sets the steps and aligned, calls
@@ -161,6 +162,7 @@ extern void rb_store_close (struct rb_store *s);
  */
 struct rb_store_cut {
   uint64_t rw_step, zero_step;
+  uint64_t read_step;           /* 0: rw_step */
   bool aligned;
   /* The current piece, set by rb_store_cut_next: */
   struct rb_io *io;             /* its request */

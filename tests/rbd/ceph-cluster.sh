@@ -8,6 +8,7 @@
 #   ceph-cluster.sh start DIR      start it in DIR (made if missing),
 #                                  print DIR/ceph.conf once it serves I/O
 #   ceph-cluster.sh stop DIR       stop every daemon of DIR, wait for them
+#                                  (also those without a pid file)
 #   ceph-cluster.sh kill-osd DIR   SIGKILL the OSD (no clean shutdown)
 #   ceph-cluster.sh start-osd DIR  start the OSD again, wait until it is up
 #   ceph-cluster.sh run CMD...     start one in a temporary directory, run
@@ -167,11 +168,35 @@ kill_osd () {
     rm -f "$dir/run/osd.0.pid"
 }
 
+# Every daemon of this cluster: the pid files', and any other process
+# that runs as ceph-mon, ceph-mgr or ceph-osd with "-c DIR/ceph.conf"
+# (one that had not written its pid file yet when a start was
+# interrupted, or an OSD whose pid file kill-osd removed).
+cluster_pids () {
+    local n
+    for n in osd.0 mgr.x mon.a; do daemon_pid "$n"; done
+    python3 - "$dir/ceph.conf" <<'PY'
+import os, sys
+conf = os.fsencode (sys.argv[1])
+for p in os.listdir ("/proc"):
+    if not p.isdigit ():
+        continue
+    try:
+        with open ("/proc/%s/cmdline" % p, "rb") as f:
+            argv = f.read ().split (b"\0")
+    except OSError:
+        continue
+    if os.path.basename (argv[0]) in (b"ceph-mon", b"ceph-mgr", b"ceph-osd") \
+       and any (a == b"-c" and b == conf for a, b in zip (argv, argv[1:])):
+        print (p)
+PY
+}
+
 stop () {
-    local n p pids=()
-    for n in osd.0 mgr.x mon.a; do
-        p=$(daemon_pid "$n")
-        [ -n "$p" ] && kill "$p" 2>/dev/null && pids+=("$p")
+    local p pids=()
+    [ -d "$dir" ] && dir=$(cd "$dir" && pwd)
+    for p in $(cluster_pids | sort -un); do
+        kill "$p" 2>/dev/null && pids+=("$p")
     done
     for p in "${pids[@]}"; do
         wait_for 20 eval '! kill -0 '"$p" || { kill -9 "$p" 2>/dev/null || true; }
