@@ -1127,8 +1127,12 @@ commit_one (struct rb *rb, uint64_t target)
   if (x->data_bytes &&
       (x->buf = buf_get (t, x->data_bytes, &x->buf_cap)) == NULL)
     goto nomem;
-  take_chunks (rb, x, true);
+  /* In flight before its chunks leave DIRTY: the dirty limit's sum
+   * (io.c) never dips meanwhile, so no writer passes the throttle on
+   * a dip (x->chunks is exact: the gate keeps every writer out).
+   */
   rb_atomic_add (&rb->inflight_chunks, x->chunks);
+  take_chunks (rb, x, true);
   rb_atomic_add (&t->jused, x->jlen);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->cap_lock);

@@ -345,12 +345,12 @@ hint_set (const struct sumbits *sb, uint64_t i)
  * bytes count as unsynced), each twice its chunks (limit_span).  This
  * is the engine's "exceeded by at most the writes in progress at once".
  *
- * Not checked with journal=: the committer, not the flusher, drains
- * the dirty data there, and counts a transaction's chunks in flight
- * until it is in place, once per transaction that holds a chunk
- * (check_stats); D was seen at the limit there with no request in
- * progress since it was last below (seed 1002), which this bound does
- * not model.  Nor where D grows with no request:
+ * With journal= the committer, not the flusher, drains the dirty
+ * data, and counts a transaction's chunks in flight (before they leave
+ * DIRTY: no dip) until it is in place, once per transaction that holds
+ * a chunk (check_stats): a chunk in two transactions was dirtied twice,
+ * by two requests, so D still grows only by requests.  Not checked
+ * where D grows with no request:
  *   - with ups-window=, whose limit moves with the measured bandwidth
  *     (a limit that drops leaves D above it);
  *   - after a failed write or sync on either disk: a failed sync
@@ -407,7 +407,7 @@ static bool
 limit_applies (void)
 {
   return idle_rb != NULL && sim->cfg.dirty_max != 0 &&
-    !sim->cfg.ups_window && !sim->cfg.journal;
+    !sim->cfg.ups_window;
 }
 
 /* Every scheduling point: a request in progress while D is below the
@@ -967,6 +967,10 @@ run_seed (uint64_t seed, uint64_t ops, bool verbose, struct result *res)
   snprintf (sim->dir, sizeof sim->dir, "%s/ramback-sim.%d",
             getenv ("RAMBACK_SIM_DIR") ? getenv ("RAMBACK_SIM_DIR")
             : "/dev/shm", (int) getpid ());
+  /* A killed run (SIGPIPE, timeout) leaves its directory, which a later
+   * one with the same pid would otherwise resume from.
+   */
+  rm_dir ();
   mkdir (sim->dir, 0700);
   {
     char p[300];
