@@ -70,7 +70,8 @@ versions () {
       awk '/^[^ ].*:$/ { p = substr($0, 1, length($0) - 1) }
            /^  Candidate: / && $2 != "(none)" { print p "=" $2 }')
   for p in "$@"; do
-    echo "$v" | grep -q "^$p=" || die "package $p is unknown to apt (run apt-get update)"
+    echo "$v" | grep -q "^$p=" ||
+      die "package $p is unknown to apt (run apt-get update); apt-cache policy $p says: $(apt-cache policy "$p" 2>&1 | head -3 | tr '\n' ' ')"
   done
   echo "$v"
 }
