@@ -92,6 +92,12 @@ struct rb_populator_state {
   uint64_t c;                   /* where the scan goes on */
   uint64_t backoff;             /* ms before a retry after a failure */
   bool wrapped;                 /* the scan wrapped around once */
+  /* The last batch read: its bytes and its own bandwidth (bytes/s), 0
+   * before the first; the next batch is sized from them (populate.c).
+   */
+  uint64_t last_bytes, last_bps;
+  void *bounce;                 /* reads land here first (populate.c) */
+  uint64_t bounce_size;
 };
 
 struct rb {
@@ -328,6 +334,7 @@ extern int rbi_load_sectors (struct rb *rb, uint64_t start, uint64_t end,
                              bool demand);
 extern void rbi_check_populated (struct rb *rb);
 extern void rbi_populator_state_init (struct rb_populator_state *ps);
+extern void rbi_populator_state_fini (struct rb_populator_state *ps);
 /* One populate pass: a batch of loads (or a hole marked).  The caller
  * does not call it in writethrough mode (populate pauses there).
  */
