@@ -82,6 +82,11 @@
  * copying costs well under a twentieth of the transfer.
  */
 #define BOUNCE_BPS (UINT64_C (256) * 1024 * 1024)
+/* Each read lands in the bounce buffer at an address aligned as its
+ * offset is, modulo this (a power of two, the largest page size), so
+ * that a store that reads with O_DIRECT (store-file.c) still can.
+ */
+#define BOUNCE_ALIGN (UINT64_C (64) * 1024)
 
 static bool
 clients_missing (struct rb *rb)
@@ -374,22 +379,25 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
   return data >= rb->size ? rb->nchunks : rbi_chunk_of (rb, data);
 }
 
-/* The bounce buffer, at least 'bytes' long; NULL if it cannot grow
- * (the batch then goes straight into RAM, under its ranges).
+/* The bounce buffer for k reads of 'bytes' in all, from an address
+ * aligned to BOUNCE_ALIGN; NULL if it cannot grow (the batch then goes
+ * straight into RAM, under its ranges).
  */
-static void *
-bounce_get (struct rb_populator_state *ps, uint64_t bytes)
+static char *
+bounce_get (struct rb_populator_state *ps, uint64_t bytes, size_t k)
 {
+  uint64_t need = bytes + (k + 1) * BOUNCE_ALIGN;
   void *p;
 
-  if (ps->bounce_size >= bytes)
-    return ps->bounce;
-  p = rb_realloc (ps->bounce, ps->bounce_size, bytes);
-  if (p == NULL)
-    return NULL;
-  ps->bounce = p;
-  ps->bounce_size = bytes;
-  return p;
+  if (ps->bounce_size < need) {
+    p = rb_realloc (ps->bounce, ps->bounce_size, need);
+    if (p == NULL)
+      return NULL;
+    ps->bounce = p;
+    ps->bounce_size = need;
+  }
+  return (char *) (((uintptr_t) ps->bounce + BOUNCE_ALIGN - 1) &
+                   ~(uintptr_t) (BOUNCE_ALIGN - 1));
 }
 
 /* Under a range over chunks [c, c+n), whose data is at src: copy in
@@ -476,7 +484,7 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
     return c;
 
   if (!rb->slotted && ps->last_bps <= BOUNCE_BPS)
-    bounce = bounce_get (ps, bytes);
+    bounce = bounce_get (ps, bytes, k);
   for (i = 0; i < k; i++) {
     uint64_t off = rbi_chunk_offset (rb, runs[i][0]);
     nodes[i] = (struct rl_node) {
@@ -488,6 +496,8 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
     uint64_t pos = 0;
 
     for (i = 0; i < k; i++) {
+      pos = ((pos + BOUNCE_ALIGN - 1) & ~(BOUNCE_ALIGN - 1)) +
+        (nodes[i].start & (BOUNCE_ALIGN - 1));
       ios[i] = (struct rb_io) {
         .op = RB_IO_READ, .buf = bounce + pos, .offset = nodes[i].start,
         .count = nodes[i].end - nodes[i].start,
