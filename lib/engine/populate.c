@@ -45,13 +45,14 @@
  *     partial: a miss inside the batch loads its own sectors meanwhile
  *     (a few KiB read twice), and a write that got there first leaves
  *     its chunk out of EMPTY, so the copy skips it.  The ranges are then
- *     held for a memcpy, not a round trip.  Such a read may overlap a
- *     store write of the same chunk (one that left EMPTY after the runs
- *     were picked, store.h); what it read of that chunk is not used.
- *     Not with ram-size= (eviction returns chunks to EMPTY, with newer
- *     data in the store than a read begun before), and not over fast
- *     stores, where a batch is over in BATCH_NS and the copy would cost
- *     more than it saves.
+ *     held for a memcpy, not a round trip.  The buffer holds one batch
+ *     (at most BATCH_NS of BOUNCE_BPS) and goes when populate ends.
+ *     Such a read may overlap a store write of the same chunk (one that
+ *     left EMPTY after the runs were picked, store.h); what it read of
+ *     that chunk is not used.  Not with ram-size= (eviction returns
+ *     chunks to EMPTY, with newer data in the store than a read begun
+ *     before), and not over fast stores, where a batch is over in
+ *     BATCH_NS and the copy would cost more than it saves.
  */
 
 #include "env.h"
