@@ -72,6 +72,14 @@
  *     piece size (itself a multiple of the minimum), so its own pieces,
  *     which run in parallel, never share a block either.
  *
+ * Liveness: every call into the plugin is listed while it runs
+ * (inflight.h), as the NBD and RBD stores list their requests, so a
+ * plugin that waits on a server that is gone (the nbd plugin's, an ssh
+ * host) shows in status: the calls in flight and the age of the oldest,
+ * and state "offline" once that is over RB_INFLIGHT_STALL_MS.  Nothing
+ * is failed for being slow: the next batch that completes sets the
+ * state again.
+ *
  * Errors: the plugin's errno comes back in *err (from our worker
  * threads, which have no nbdkit thread-local state, a plugin that does
  * not preserve errno reports EIO); its own message is in nbdkit's log.
@@ -98,6 +106,7 @@
 #include "cleanup.h"
 #include "env.h"
 #include "error.h"
+#include "inflight.h"
 #include "json.h"
 #include "ramback.h"
 #include "store.h"
@@ -178,7 +187,10 @@ struct next_store {
   int nworkers;
   rb_thread workers[MAX_WORKERS];
 
-  uint64_t requests;          /* [atomic] calls into the plugin */
+  /* Calls into the plugin running now, and counters (inflight.h). */
+  rb_mutex ilock;
+  struct rb_inflight_list inflight;     /* [ilock] */
+  struct rb_inflight_counts counts;     /* [ilock] */
   unsigned blocking;          /* [atomic] moving average, 0..BLOCK_ONE,
                                  of pieces during which the plugin made
                                  the thread wait (see worker_main) */
@@ -213,15 +225,31 @@ ctx_unlock (struct next_store *st, struct ctx *c)
     rb_mutex_unlock (&c->lock);
 }
 
+/* A call into the plugin begins, and ends (failed or not): listed for
+ * status while it runs.
+ */
+static void
+call_begin (struct next_store *st, struct rb_inflight_req *r)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->ilock);
+  rb_inflight_issue (&st->inflight, &st->counts, r, rb_now_ns ());
+}
+
+static void
+call_end (struct next_store *st, struct rb_inflight_req *r, bool failed)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->ilock);
+  rb_inflight_end (&st->inflight, &st->counts, r, failed);
+}
+
 /* One aligned call into the plugin.  Context lock held. */
 static int
-call (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
-      uint32_t count, uint64_t offset, int *err)
+call_plugin (struct next_store *st, struct ctx *c, enum rb_io_op op,
+             char *buf, uint32_t count, uint64_t offset, int *err)
 {
   nbdkit_next *next = c->next;
   int r;
 
-  rb_atomic_add (&st->requests, 1);
   switch (op) {
   case RB_IO_READ:
     return next->pread (next, buf, count, offset, 0, err);
@@ -238,7 +266,6 @@ call (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
       r = 0;
       for (; r == 0 && done < count; done += n) {
         n = RB_MIN (count - done, st->max_piece);
-        rb_atomic_add (&st->requests, 1);
         r = next->pwrite (next, st->zero_buf, n, offset + done, 0, err);
       }
     }
@@ -249,6 +276,19 @@ call (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
   }
   if (r == 0)
     rb_atomic_store (&c->written, true);
+  return r;
+}
+
+static int
+call (struct next_store *st, struct ctx *c, enum rb_io_op op, char *buf,
+      uint32_t count, uint64_t offset, int *err)
+{
+  struct rb_inflight_req ireq;
+  int r;
+
+  call_begin (st, &ireq);
+  r = call_plugin (st, c, op, buf, count, offset, err);
+  call_end (st, &ireq, r == -1);
   return r;
 }
 
@@ -520,6 +560,21 @@ next_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   return 0;
 }
 
+/* Flush context c: 0, or -1 with *err. */
+static int
+flush_ctx (struct next_store *st, struct ctx *c, int *err)
+{
+  struct rb_inflight_req ireq;
+  int r;
+
+  ctx_lock (st, c);
+  call_begin (st, &ireq);
+  r = c->next->flush (c->next, 0, err);
+  call_end (st, &ireq, r == -1);
+  ctx_unlock (st, c);
+  return r;
+}
+
 static int
 next_flush (struct rb_store *s)
 {
@@ -538,11 +593,8 @@ next_flush (struct rb_store *s)
         any = true;
     if (!any)
       return 0;
-    ctx_lock (st, &st->ctx[0]);
-    rb_atomic_add (&st->requests, 1);
-    if (st->ctx[0].next->flush (st->ctx[0].next, 0, &err) == -1)
+    if (flush_ctx (st, &st->ctx[0], &err) == -1)
       first_err = err ? err : EIO;
-    ctx_unlock (st, &st->ctx[0]);
     if (first_err)
       rb_atomic_store (&st->ctx[0].written, true);
   }
@@ -553,10 +605,7 @@ next_flush (struct rb_store *s)
 
       if (!rb_atomic_xchg (&c->written, false))
         continue;
-      ctx_lock (st, c);
-      rb_atomic_add (&st->requests, 1);
-      r = c->next->flush (c->next, 0, &err);
-      ctx_unlock (st, c);
+      r = flush_ctx (st, c, &err);
       if (r == -1) {
         rb_atomic_store (&c->written, true);
         if (!first_err)
@@ -596,10 +645,15 @@ next_next_data (struct rb_store *s, uint64_t offset, uint64_t *data,
       rb_set_error (errno, "plugin: nbdkit_extents_new");
       return -1;
     }
-    ctx_lock (st, c);
-    rb_atomic_add (&st->requests, 1);
-    r = c->next->extents (c->next, count, pos, 0, exts, &err);
-    ctx_unlock (st, c);
+    {
+      struct rb_inflight_req ireq;
+
+      ctx_lock (st, c);
+      call_begin (st, &ireq);
+      r = c->next->extents (c->next, count, pos, 0, exts, &err);
+      call_end (st, &ireq, r == -1);
+      ctx_unlock (st, c);
+    }
     if (r == -1) {
       nbdkit_extents_free (exts);
       rb_set_error (err ? err : EIO, "plugin extents of %" PRIu32
@@ -660,8 +714,18 @@ static void
 next_status (struct rb_store *s, struct rb_status_out *o)
 {
   struct next_store *st = s->handle;
-  uint64_t requests = rb_atomic_load (&st->requests);
   unsigned waiting = rb_atomic_load_relaxed (&st->blocking) * 100 / BLOCK_ONE;
+  struct rb_inflight_counts counts;
+  uint64_t oldest_ms;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&st->ilock);
+    oldest_ms = rb_inflight_oldest_ms (&st->inflight, rb_now_ns ());
+    counts = st->counts;
+  }
+  /* A plugin that waits, however long, fails nothing: say so. */
+  if (oldest_ms >= RB_INFLIGHT_STALL_MS)
+    rb_atomic_store (&s->state, RB_STORE_OFFLINE);
 
   rb_status_bool (o, "store_read_only", s->read_only);
   rb_status_str (o, "store_thread_model", model_name (st->thread_model));
@@ -671,8 +735,13 @@ next_status (struct rb_store *s, struct rb_status_out *o)
   rb_status_str (o, "store_zero", zero_name (st->can_zero));
   rb_status_bool (o, "store_block_status", st->can_extents);
   rb_status_u64 (o, "store_min_block", st->min_block);
-  rb_status_u64 (o, "store_requests", requests);
   rb_status_u64 (o, "store_waiting", waiting);
+  /* The thread model bounds the calls at once: one in all, one per
+   * context, or (a parallel plugin) nothing of ours (0).
+   */
+  rb_inflight_status (o, &counts, st->ser == SER_ALL ? 1
+                      : st->ser == SER_CONTEXT ? (unsigned) st->nctx : 0,
+                      oldest_ms);
 }
 
 static void
@@ -710,6 +779,7 @@ next_close (struct rb_store *s)
     }
     rb_cond_destroy (&st->qcond);
     rb_mutex_destroy (&st->qlock);
+    rb_mutex_destroy (&st->ilock);
     rb_mutex_destroy (&st->all_lock);
     free (st->zero_buf);
     free (st);
@@ -896,6 +966,7 @@ rb_store_next_open (const struct rb_store_next_params *p)
   st->blocking = BLOCK_ONE;   /* until measured: assume a remote plugin */
   rb_mutex_init (&st->all_lock);
   rb_mutex_init (&st->qlock);
+  rb_mutex_init (&st->ilock);
   rb_cond_init (&st->qcond);
 
   switch (p->thread_model) {

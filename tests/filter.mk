@@ -50,6 +50,7 @@ filter_tests = \
 	test-filter-resume.sh \
 	test-filter-claim.sh \
 	test-filter-stop.sh \
+	test-filter-stall.sh \
 	$(NULL)
 TESTS += $(filter_tests)
 EXTRA_DIST += $(filter_tests) \

@@ -27,6 +27,12 @@
 
 struct rb_status_out;
 
+/* A request this old makes a store show its state as "offline": a
+ * store that waits for a server, an OSD or a plugin, however long,
+ * fails nothing, so status says it instead.
+ */
+#define RB_INFLIGHT_STALL_MS 10000
+
 struct rb_inflight_req {
   struct rb_inflight_req *prev, *next;
   uint64_t issued_ns;

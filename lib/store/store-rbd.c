@@ -41,12 +41,12 @@
  * that is down does not fail requests: librados waits for the cluster
  * to recover (its osd_op_timeout, 0 by default, would fail them), so
  * write back stalls with the data dirty and the age of the oldest
- * request in status; state "offline" once it is over STALL_MS.  A
- * client that the cluster has blocklisted (its lock was broken by
- * another client) gets ESHUTDOWN forever: the connection is dropped
- * and made again on the next request, at most once per back-off
- * period, and taking the lock again is what decides whether this
- * ramback may go on writing.
+ * request in status; state "offline" once it is over
+ * RB_INFLIGHT_STALL_MS (inflight.h).  A client that the cluster has
+ * blocklisted (its lock was broken by another client) gets ESHUTDOWN
+ * forever: the connection is dropped and made again on the next
+ * request, at most once per back-off period, and taking the lock again
+ * is what decides whether this ramback may go on writing.
  *
  * One writer per image.  A writable image is opened with RBD's
  * exclusive lock taken explicitly (rbd_lock_acquire): librbd then
@@ -100,7 +100,6 @@
 #define MAX_INFLIGHT 1024
 #define MAX_ZERO_REQUEST (64 * 1024 * 1024)
 #define PIECE_BYTES (1024 * 1024)   /* a read or write request, at most */
-#define STALL_MS 10000              /* a request this old: "offline" */
 #define MOUNT_TIMEOUT "15"          /* seconds to reach the monitors */
 
 struct rbd_store;
@@ -719,7 +718,7 @@ rbd_store_status (struct rb_store *s, struct rb_status_out *o)
     connected = st->img && st->pid == getpid () && !st->broken;
     snprintf (last_error, sizeof last_error, "%s", st->last_error);
     /* Requests that wait on an OSD that is down fail nothing: say so. */
-    if (oldest_ms >= STALL_MS)
+    if (oldest_ms >= RB_INFLIGHT_STALL_MS)
       rb_atomic_store (&s->state, RB_STORE_OFFLINE);
   }
 
