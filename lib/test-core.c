@@ -545,8 +545,9 @@ test_partial_hits (void)
 /* ram-size= counts the sectors loaded, not whole chunks: a budget of
  * 16 chunks of 64 KiB (256 sectors) holds one sector of each of 200
  * chunks without evicting, counted exactly; a chunk written whole
- * counts all its sectors; past the budget, chunks go until the loaded
- * sectors fit again.
+ * counts all its sectors; writes filling sectors of partial chunks
+ * count too; past the budget, chunks go until the loaded sectors fit
+ * again.
  */
 static void
 test_sector_budget (void)
@@ -582,6 +583,22 @@ test_sector_budget (void)
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.evictions, ==, 0);
   g_assert_cmpuint (st.resident_bytes, ==, 216 * 4096);
+
+  /* A sector written whole into each of 100 of the partial chunks:
+   * hits, but each fills a sector, past the budget: chunks go (the
+   * writes reserve, and the flusher trims after write back).
+   */
+  for (k = 0; k < 100; k++) {
+    ts_fill_random (r, buf, 4096);
+    g_assert_cmpint (rb_pwrite (rb, buf, 4096, k * chunk + 12288, 0), ==, 0);
+    memcpy (model + k * chunk + 12288, buf, 4096);
+  }
+  rb_get_stats (rb, &st);
+  if (st.resident_bytes > st.ram_size)
+    g_error ("writes filling sectors of resident partial chunks: %" PRIu64
+             " bytes resident, ram-size %" PRIu64 " (%" PRIu64
+             " evictions)", st.resident_bytes, st.ram_size, st.evictions);
+  g_assert_cmpuint (st.evictions, >, 0);
 
   /* 150 more chunks, a sector each: past the budget, chunks go. */
   for (k = 200; k < 350; k++) {

@@ -577,8 +577,9 @@ journal_write (struct rb *rb, const struct req *r)
  * which the evictor takes too.  A request goes in pieces of at most
  * rb->piece_chunks chunks, each of which first reserves a slot for
  * each of its sectors (chunks, without partial ones) not valid at the
- * check (rbi_slots_reserve_range): what it may load.  A piece is a hit if
- * it needs no load (a read: all its sectors valid; a write: all its
+ * check (rbi_slots_reserve_range): what it may load, or a write may
+ * fill.  A piece is a hit if it needs no load (a read: all its sectors
+ * valid; a write: all its
  * chunks resident, and the sectors it covers in part valid); every
  * resident chunk it touches counts as used again (evict.h).  Writes
  * take the slow path (or writethrough) piece by piece: NBD promises
@@ -740,11 +741,11 @@ slotted_write (struct rb *rb, const struct req *r)
       rbi_throttle (rb);
     if (write_in_ram (rb, &p))
       hit (rb, p.c0, p.c1);
-    else {
+    else
       miss (rb, p.c0, p.c1);
-      if (reserve_piece (rb, off, pend, &n) == -1)
-        return -1;
-    }
+    /* A hit too may fill sectors of a partial chunk not valid yet. */
+    if (reserve_piece (rb, off, pend, &n) == -1)
+      return -1;
     if (wt)
       ret = writethrough (rb, &p);
     else
@@ -840,19 +841,21 @@ slotted_read (struct rb *rb, void *buf, struct rb_data *data,
     uint64_t pend = piece_end (rb, off, end), n = 0, start, rend;
     uint64_t c0 = rbi_chunk_of (rb, off), c1 = rbi_chunk_of (rb, pend - 1);
     struct rl_node node;
+    bool reserved;
     int r = 0;
 
     range_of (rb, c0, c1, &start, &rend);
-    for (;;) {
+    for (reserved = false;; reserved = true) {
       rangelock_acquire (&rb->rl, &node, start, rend, RL_LOAD);
-      if (n > 0 || all_valid (rb, off, pend))
+      if (reserved || all_valid (rb, off, pend))
         break;
-      /* Sectors not in RAM: reserve slots, without holding the range. */
+      /* Sectors not in RAM: reserve slots, without holding the range
+       * (none if they came meanwhile, or their chunks hold their slots:
+       * whole-chunk slots).
+       */
       rangelock_release (&rb->rl, &node);
       if (reserve_piece (rb, off, pend, &n) == -1)
         return -1;
-      if (n == 0)               /* loaded meanwhile */
-        continue;
     }
     if (!all_valid (rb, off, pend)) {
       miss (rb, c0, c1);
