@@ -92,6 +92,12 @@ struct rb_populator_state {
   uint64_t c;                   /* where the scan goes on */
   uint64_t backoff;             /* ms before a retry after a failure */
   bool wrapped;                 /* the scan wrapped around once */
+  /* The last batch read: its bytes and its own bandwidth (bytes/s), 0
+   * before the first; the next batch is sized from them (populate.c).
+   */
+  uint64_t last_bytes, last_bps;
+  void *bounce;                 /* reads land here first (populate.c) */
+  uint64_t bounce_size;
 };
 
 struct rb {
@@ -216,7 +222,9 @@ struct rb {
    * this is used and the I/O fast path is as without it.
    */
   bool slotted;
-  uint64_t nslots;              /* chunks that may be resident */
+  unsigned slot_shift;          /* log2 of a slot: a sector with partial
+                                   chunks, else a chunk (slots.c) */
+  uint64_t nslots;              /* slots that may be resident */
   uint64_t piece_chunks;        /* chunks a request reserves at a time */
   uint64_t write_max_chunks;    /* with journal=: the most chunks one
                                    write, zero or trim may span (it goes
@@ -334,6 +342,7 @@ extern int rbi_load_sectors (struct rb *rb, uint64_t start, uint64_t end,
                              bool demand);
 extern void rbi_check_populated (struct rb *rb);
 extern void rbi_populator_state_init (struct rb_populator_state *ps);
+extern void rbi_populator_state_fini (struct rb_populator_state *ps);
 /* One populate pass: a batch of loads (or a hole marked).  The caller
  * does not call it in writethrough mode (populate pauses there).
  */
@@ -346,8 +355,8 @@ extern uint64_t rbi_populate_step (struct rb *rb,
  * waits, and write back needs no slots.)
  */
 #define RB_MIN_SLOTS 16
-/* A request reserves at most nslots / RB_PIECES_PER_BUDGET chunks at
- * a time (at least one).
+/* A request reserves for at most ram-size / chunk / RB_PIECES_PER_BUDGET
+ * chunks at a time (at least one).
  */
 #define RB_PIECES_PER_BUDGET 64
 /* ram-size= against the device and the other parameters: -1 with a
@@ -360,8 +369,27 @@ extern int rbi_slots_check (const struct rb *rb);
 extern int rbi_slots_journal_fit (struct rb *rb);
 extern int rbi_slots_init (struct rb *rb);
 extern void rbi_slots_free (struct rb *rb);
+/* Slots resident now (slots.c): sectors valid, or chunks loaded. */
+static inline uint64_t
+rbi_slots_resident (const struct rb *rb)
+{
+  return rb->slot_shift < rb->chunk_shift ? chunkmap_resident (&rb->map)
+    : chunkmap_loaded (&rb->map);
+}
 /* Reserve n slots, evicting or waiting for write back; -1 at a stop. */
 extern int rbi_slots_reserve (struct rb *rb, uint64_t n);
+/* The slots of [off, end) not resident now (sectors not valid, or
+ * EMPTY chunks): a bound on what a request over it may load.  A hint,
+ * without its range.
+ */
+extern uint64_t rbi_slots_missing (struct rb *rb, uint64_t off,
+                                   uint64_t end);
+/* Reserve rbi_slots_missing (off, end) slots, *n of them (0 with
+ * nothing to load), to give back with rbi_slots_unreserve once the
+ * request's range is released; -1 at a stop (*n 0).
+ */
+extern int rbi_slots_reserve_range (struct rb *rb, uint64_t off,
+                                    uint64_t end, uint64_t *n);
 /* Reserve up to n free slots without evicting or waiting: how many. */
 extern uint64_t rbi_slots_try_reserve (struct rb *rb, uint64_t n);
 extern void rbi_slots_unreserve (struct rb *rb, uint64_t n);

@@ -767,6 +767,57 @@ test_miss_beside_populate (void)
   g_rand_free (r);
 }
 
+/* --- a miss inside a populate batch does not wait for its read -------- */
+
+/* 64 KiB chunks, populate on, and its first batch (chunks 0 to 3, read
+ * while the store's bandwidth is not known yet) held in the store.  A
+ * 4 KiB read in chunk 0 and a 4 KiB write in chunk 1 must complete
+ * meanwhile: they load (or need) only their own sectors.  A batch that
+ * held its ranges over its read held them for the whole round trip of
+ * its slowest request: seconds over a slow link, while each held miss
+ * kept a server thread.  Then the batch comes in and must leave both
+ * chunks to the partial fill: not put the store's old sector back
+ * over the write.
+ */
+static void
+test_miss_inside_populate (void)
+{
+  struct ts_match m = { .ops = TS_READ, .tag = "" };
+  g_autofree uint8_t *got = g_malloc (SECTOR), *buf = NULL;
+  struct ts_gate *g;
+  struct job b, w;
+  struct fx f;
+
+  fx_open_cs (&f, 73, false, true, false, 0, BIG_CHUNK);
+  buf = fx_random (&f, SECTOR);
+  g = ts_gate_arm (f.ts, &m, 0);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  ts_gate_wait (g);                     /* populate's first batch, held */
+  g_assert_cmpuint (ts_gate_rec (g).offset, ==, 0);
+  g_assert_cmpuint (ts_gate_rec (g).count, >=, 2 * BIG_CHUNK);
+
+  b = (struct job) { .f = &f, .tag = "B", .op = J_READ, .buf = got,
+                     .len = SECTOR, .off = SECTOR };
+  w = (struct job) { .f = &f, .tag = "W", .op = J_WRITE, .buf = buf,
+                     .len = SECTOR, .off = BIG_CHUNK + 2 * SECTOR };
+  job_start (&b);
+  job_start (&w);
+  TS_WAIT (rb_atomic_load (&b.done) && rb_atomic_load (&w.done),
+           "a read and a write inside populate's batch while its read "
+           "is held in the store");
+  job_join (&b);
+  job_join (&w);
+  g_assert_cmpint (b.r, ==, 0);
+  g_assert_cmpint (w.r, ==, 0);
+  if (memcmp (got, f.model + SECTOR, SECTOR) != 0)
+    g_error ("a miss inside a populate batch read the wrong data");
+  memcpy (f.model + BIG_CHUNK + 2 * SECTOR, buf, SECTOR);
+
+  ts_gate_open (g);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_finish (&f, "a read and a write inside a held populate batch");
+}
+
 /* --- FUA with fsync=wait is durable when it returns -------------------- */
 
 /* The flusher is held in a write back, so it cannot sync: a FUA write or
@@ -2137,12 +2188,71 @@ test_journal_whole_write (void)
   fx_finish_jts (&f, "a write whole in one transaction");
 }
 
+/* ram-size= counts loaded sectors, not chunks: misses on one chunk of
+ * 4 sectors, one of them held in the store while two more wait for
+ * its range, one of the same sector and one of another.  The chunk
+ * takes what was loaded (2 sectors) of the budget, each sector counted
+ * once however many loads met on it, and the reservations all go back.
+ */
+static void
+test_sector_budget_once (void)
+{
+  const uint32_t chunk = 16384;
+  struct rb_config c = { .chunk_size = chunk, .ram_size = 16 * chunk,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_READ, .tag = "A" };
+  g_autofree uint8_t *ga = g_malloc (4096), *gb = g_malloc (4096),
+    *gc = g_malloc (4096);
+  struct job a = { .tag = "A", .op = J_READ, .buf = ga, .len = 4096,
+                   .off = 5 * chunk + 4096 };
+  struct job b = { .tag = "B", .op = J_READ, .buf = gb, .len = 4096,
+                   .off = 5 * chunk + 4096 };
+  struct job d = { .tag = "C", .op = J_READ, .buf = gc, .len = 4096,
+                   .off = 5 * chunk + 8192 };
+  struct rb_stats st;
+  struct ts_gate *g;
+  struct fx f;
+
+  fx_open_cfg (&f, 139, &c, true);
+  g_assert_true (f.rb->slotted);
+  a.f = b.f = d.f = &f;
+  g = ts_gate_arm (f.ts, &m, 0);
+  job_start (&a);
+  ts_gate_wait (g);                     /* A's load, held in the store */
+  job_start (&b);
+  job_start (&d);
+  TS_WAIT (waiters (&f.rb->rl.released) >= 2,
+           "two more misses on the chunk to wait for its range");
+  ts_gate_open (g);
+  job_join (&a);
+  job_join (&b);
+  job_join (&d);
+  g_assert_cmpint (a.r, ==, 0);
+  g_assert_cmpint (b.r, ==, 0);
+  g_assert_cmpint (d.r, ==, 0);
+  if (memcmp (ga, f.model + a.off, 4096) != 0 ||
+      memcmp (gb, f.model + b.off, 4096) != 0 ||
+      memcmp (gc, f.model + d.off, 4096) != 0)
+    g_error ("a miss read other data than the store holds");
+  rb_get_stats (f.rb, &st);
+  if (st.resident_bytes != 2 * 4096 || st.demand_loaded_bytes != 2 * 4096)
+    g_error ("three misses loading 2 sectors of one chunk: resident_bytes "
+             "%" PRIu64 " (want %d), demand_loaded_bytes %" PRIu64
+             " (want %d)", st.resident_bytes, 2 * 4096,
+             st.demand_loaded_bytes, 2 * 4096);
+  g_assert_cmpuint (f.rb->slots_reserved, ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 1);
+  fx_finish (&f, "misses meeting on one chunk with ram-size=");
+}
+
 int
 main (int argc, char *argv[])
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/interleave/miss-beside-populate",
                    test_miss_beside_populate);
+  g_test_add_func ("/interleave/miss-inside-populate",
+                   test_miss_inside_populate);
   g_test_add_func ("/interleave/flush-race", test_flush_race);
   g_test_add_func ("/interleave/write-during-store", test_write_during_store);
   g_test_add_func ("/interleave/populate-newer-write",
@@ -2196,5 +2306,7 @@ main (int argc, char *argv[])
                    test_journal_evict_during_capture);
   g_test_add_func ("/interleave/journal-whole-write",
                    test_journal_whole_write);
+  g_test_add_func ("/interleave/sector-budget-once",
+                   test_sector_budget_once);
   return g_test_run ();
 }

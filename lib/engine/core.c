@@ -398,7 +398,7 @@ rbi_recompute_limit (struct rb *rb)
    * stays for reads unless dirty-max= says otherwise (slots.c).
    */
   if (limit == 0 && rb->slotted)
-    limit = (rb->nslots << rb->chunk_shift) / 2;
+    limit = (rb->nslots << rb->slot_shift) / 2;
 
   if (rb->cfg.ups_window > 0) {
     uint64_t bw = rb_atomic_load (&rb->flush_bw.bps), ups;

@@ -594,10 +594,10 @@ journal_write (struct rb *rb, const struct req *r)
  * a chunk may leave RAM; every request holds a range over its chunks,
  * which the evictor takes too.  A request goes in pieces of at most
  * rb->piece_chunks chunks, each of which first reserves a slot for
- * each of its chunks that is not resident (EMPTY) at the check.  A
- * partial chunk is resident: it holds its slot already, and a miss on
- * its other sectors loads them into that slot.  A piece is a hit if
- * it needs no load (a read: all its sectors valid; a write: all its
+ * each of its sectors (chunks, without partial ones) not valid at the
+ * check (rbi_slots_reserve_range): what it may load, or a write may
+ * fill.  A piece is a hit if it needs no load (a read: all its sectors
+ * valid; a write: all its
  * chunks resident, and the sectors it covers in part valid); every
  * resident chunk it touches counts as used again (evict.h).  Writes
  * take the slow path (or writethrough) piece by piece: NBD promises
@@ -606,9 +606,7 @@ journal_write (struct rb *rb, const struct req *r)
  * (slotted_journal_write).
  */
 
-/* The chunks of [c0, c1] that are not resident.  A hint, checked
- * again under the range.
- */
+/* The chunks of [c0, c1] that are not resident.  A hint. */
 static uint64_t
 empty_chunks (struct rb *rb, uint64_t c0, uint64_t c1)
 {
@@ -617,6 +615,19 @@ empty_chunks (struct rb *rb, uint64_t c0, uint64_t c1)
   for (c = c0; c <= c1; c++)
     n += chunkmap_get (&rb->map, c) == CS_EMPTY;
   return n;
+}
+
+/* The slots a piece [off, end) may load: its sectors not valid, whole
+ * sectors (a write's edges are loaded, its other sectors written).
+ */
+static int
+reserve_piece (struct rb *rb, uint64_t off, uint64_t end, uint64_t *n)
+{
+  uint64_t sz = UINT64_C (1) << rb->slot_shift;
+
+  return rbi_slots_reserve_range (rb, off & ~(sz - 1),
+                                  RB_MIN ((end + sz - 1) & ~(sz - 1),
+                                          rb->size), n);
 }
 
 /* Is every sector of [off, end) valid in RAM?  Without sector bits,
@@ -724,22 +735,19 @@ fast_zero_refused (struct rb *rb, const struct req *r)
   return false;
 }
 
-/* Reserve slots for write r: none for a hit, one for each of its
- * chunks not resident at the check for a miss; *n says how many, for
- * rbi_slots_unreserve.  Before any range or the journal's gate
- * (slots.c).
+/* Reserve slots for write r (reserve_piece over all of it: a hit too
+ * may fill sectors of a partial chunk not valid yet); *n says how
+ * many, for rbi_slots_unreserve.  Before any range or the journal's
+ * gate (slots.c).
  */
 static int
 write_reserve (struct rb *rb, const struct req *r, uint64_t *n)
 {
-  *n = 0;
-  if (write_in_ram (rb, r)) {
+  if (write_in_ram (rb, r))
     hit (rb, r->c0, r->c1);
-    return 0;
-  }
-  miss (rb, r->c0, r->c1);
-  *n = empty_chunks (rb, r->c0, r->c1);
-  return *n > 0 ? rbi_slots_reserve (rb, *n) : 0;
+  else
+    miss (rb, r->c0, r->c1);
+  return reserve_piece (rb, r->offset, r->offset + r->count, n);
 }
 
 static int
@@ -896,20 +904,20 @@ slotted_read (struct rb *rb, void *buf, struct rb_data *data,
     uint64_t pend = piece_end (rb, off, end), n = 0, start, rend;
     uint64_t c0 = rbi_chunk_of (rb, off), c1 = rbi_chunk_of (rb, pend - 1);
     struct rl_node node;
+    bool reserved;
     int r = 0;
 
     range_of (rb, c0, c1, &start, &rend);
-    for (;;) {
-      uint64_t e;
-
+    for (reserved = false;; reserved = true) {
       rangelock_acquire (&rb->rl, &node, start, rend, RL_LOAD);
-      e = empty_chunks (rb, c0, c1);
-      if (e == 0 || n > 0)
+      if (reserved || all_valid (rb, off, pend))
         break;
-      /* Chunks not in RAM: reserve slots, without holding the range. */
+      /* Sectors not in RAM: reserve slots, without holding the range
+       * (none if they came meanwhile, or their chunks hold their slots:
+       * whole-chunk slots).
+       */
       rangelock_release (&rb->rl, &node);
-      n = e;
-      if (rbi_slots_reserve (rb, n) == -1)
+      if (reserve_piece (rb, off, pend, &n) == -1)
         return -1;
     }
     if (!all_valid (rb, off, pend)) {

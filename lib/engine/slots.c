@@ -3,28 +3,44 @@
  *
  * The RAM image keeps the device's size in address space (ramimage.h:
  * anonymous memory mapped MAP_NORESERVE, or a sparse ram= file), and a
- * chunk lives at its own offset in it.  What is bounded is how many
- * chunks are resident: not EMPTY in the chunk map.  An evicted chunk's
+ * chunk lives at its own offset in it.  What is bounded is how much
+ * of it is resident (the budget, below).  An evicted chunk's
  * memory is given back to the system (ramimage_zero: MADV_DONTNEED, or
  * a hole punched in the ram= file, which tmpfs frees), so the page
  * tables are the chunk-to-slot table: no indirection on the I/O path,
  * no copy to move a chunk, and a ram= file needs no slot table of its
  * own to resume (its holes are the free slots, the chunk map says what
- * the rest holds).  The budget is nslots = ram-size / chunk chunks.
+ * the rest holds).
  *
- * Reservations.  Whoever is about to make EMPTY chunks resident (a
- * miss, a write to a chunk not in RAM, the prefetch) first reserves as
- * many slots as the request has chunks (rbi_slots_reserve), so that
- * loaded + reserved <= nslots, evicting clean chunks to make room.
- * Always before taking a range, and released after the range: the
- * evictor takes ranges, so nobody may wait for slots while holding one.
- * A hit (every chunk whole at the check) reserves nothing; a chunk
- * evicted between that check and the request's range is loaded without
- * a reservation, so the budget can be passed by the requests in flight
- * at that moment, until the next reservation evicts again.
+ * The budget counts what RAM holds, a slot being its unit: a sector
+ * with partial chunks (chunkmap.h), a chunk without (the kernel
+ * target, or 4 KiB chunks) or where memory comes in pages larger than
+ * a sector (a ram= file on hugetlbfs).  Memory is given per page
+ * (MAP_NORESERVE, a sparse file), and a miss loads the sectors it asks
+ * for, so a chunk loaded in part takes only its loaded sectors: small
+ * random reads
+ * spread over the device, one sector per chunk, fill the budget with
+ * as many chunks as it has sectors, not chunks.  nslots = ram-size /
+ * slot; resident slots are the V bits set (chunkmap_resident), counted
+ * where they are set and cleared, not here.  A ZERO chunk counts whole
+ * though its pages were given back: the budget errs on the safe side.
  *
- * Eviction (evict_some), the one way back to EMPTY (chunkmap.h).  The
- * victim comes from the policy (ds/evict.h) and must be CLEAN, with
+ * Reservations.  Whoever is about to load (a miss, a write to sectors
+ * not in RAM, the prefetch) first reserves as many slots as the
+ * request's sectors (chunks) not resident at the check, a bound on what
+ * it may load (rbi_slots_reserve_range), so that resident + reserved
+ * <= nslots, evicting clean chunks to make room; what it loaded counts
+ * as resident before the reservation goes back.  Always before taking
+ * a range, and released after the range: the evictor takes ranges, so
+ * nobody may wait for slots while holding one.  A hit (every sector
+ * valid at the check) reserves nothing; a chunk evicted between that
+ * check and the request's range is loaded without a reservation, so
+ * the budget can be passed by the requests in flight at that moment,
+ * until the next reservation evicts again.
+ *
+ * Eviction (evict_some), the one way back to EMPTY (chunkmap.h), of
+ * whole chunks (the policy's unit) until the slots asked for are free.
+ * The victim comes from the policy (ds/evict.h) and must be CLEAN, with
  * its last write back synced: a sync that fails re-dirties everything
  * written since the last good one (flush.c, fsyncgate), and a store
  * that lost a connection hands back writes that may land late
@@ -126,6 +142,7 @@ rbi_slots_check (const struct rb *rb)
     return -1;
   }
   n = ram >> rb->chunk_shift;
+  /* In chunks: a request may need that many whole ones at once. */
   if (n < RB_MIN_SLOTS) {
     rb_set_error (EINVAL, "ram-size=%" PRIu64 ": too small, it holds %"
                   PRIu64 " chunks of %" PRIu32 " bytes and needs at least "
@@ -185,16 +202,25 @@ rbi_slots_init (struct rb *rb)
 
   if (ram == 0 || ram >= rb->size)
     return 0;
-  rb->nslots = ram >> rb->chunk_shift;
+  /* Sectors, unless memory comes in larger pages (hugetlbfs): a
+   * sector loaded there takes a whole page.
+   */
+  rb->slot_shift = rb->map.part &&
+    rb->ram.block <= (UINT64_C (1) << rb->sector_shift)
+    ? rb->sector_shift : rb->chunk_shift;
+  rb->nslots = ram >> rb->slot_shift;
   if (evict_init (&rb->evict, rb->nchunks,
-                  rb->nslots * ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN) == -1)
+                  (ram >> rb->chunk_shift) * ACTIVE_SHARE_NUM /
+                  ACTIVE_SHARE_DEN) == -1)
     return -1;
   rb_mutex_init (&rb->slot_lock);
   rb->slotted = true;
-  rb->piece_chunks = RB_MAX (rb->nslots / RB_PIECES_PER_BUDGET,
-                            UINT64_C (1));
-  rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " of the %" PRIu64 " chunks "
-          "may be in RAM at once", ram, rb->nslots, rb->nchunks);
+  rb->piece_chunks = RB_MAX ((ram >> rb->chunk_shift) / RB_PIECES_PER_BUDGET,
+                             UINT64_C (1));
+  rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " %s of %" PRIu64 " bytes may "
+          "be in RAM at once", ram, rb->nslots,
+          rb->slot_shift < rb->chunk_shift ? "sectors" : "chunks",
+          UINT64_C (1) << rb->slot_shift);
   return 0;
 }
 
@@ -218,11 +244,18 @@ rbi_slots_notify (struct rb *rb)
   rb_cond_broadcast (&rb->space_cond);
 }
 
+/* Slots resident or reserved now [slot_lock]. */
+static uint64_t
+used_slots (struct rb *rb)
+{
+  return rbi_slots_resident (rb) + rb->slots_reserved;
+}
+
 /* Free slots now [slot_lock]. */
 static uint64_t
 free_slots (struct rb *rb)
 {
-  uint64_t used = chunkmap_loaded (&rb->map) + rb->slots_reserved;
+  uint64_t used = used_slots (rb);
 
   return used >= rb->nslots ? 0 : rb->nslots - used;
 }
@@ -311,19 +344,25 @@ evict_one (struct rb *rb, uint64_t c)
   return ok ? EV_GONE : EV_KEPT;
 }
 
-/* Evict up to want chunks [slot_lock]; returns how many went.  The
- * policy's pre-check cannot tell a chunk not synced yet (that needs
- * rb->lock), so a victim may be kept, and picked again on the next
- * turn of the hand: the search ends after at most two turns of the
- * hand the normal way, then one desperate, however many were kept.
+/* Evict chunks until want slots are free (want 0: until the used ones
+ * fit the budget) [slot_lock].  The policy's
+ * pre-check cannot tell a chunk not synced yet (that needs rb->lock),
+ * so a victim may be kept, and picked again on the next turn of the
+ * hand: the search ends after at most two turns of the hand the normal
+ * way, then one desperate, however many were kept.  The active set's
+ * target is a share of the chunks resident now: with partial chunks
+ * the budget holds more chunks than ram-size / chunk.
  */
-static uint64_t
+static void
 evict_some (struct rb *rb, uint64_t want)
 {
-  uint64_t got = 0, steps = 2 * rb->nchunks;
+  uint64_t steps = 2 * rb->nchunks;
   bool desperate = false;
 
-  while (got < want) {
+  rb->evict.active_max = RB_MAX (chunkmap_loaded (&rb->map),
+                                 rb->cfg.ram_size >> rb->chunk_shift) *
+    ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN;
+  while (used_slots (rb) + want > rb->nslots) {
     uint64_t c = evict_pick (&rb->evict, &steps, desperate, is_resident,
                              may_evict, rb);
 
@@ -334,37 +373,26 @@ evict_some (struct rb *rb, uint64_t want)
       steps = rb->nchunks;
       continue;
     }
-    switch (evict_one (rb, c)) {
-    case EV_GONE:
-      got++;
-      break;
-    case EV_KEPT:
-      break;
-    case EV_SUSPECTS:
-      return got;
-    }
+    if (evict_one (rb, c) == EV_SUSPECTS)
+      return;
   }
-  return got;
 }
 
 /* Evict in batches: a miss that must evict makes room for a few more. */
 static uint64_t
 batch (struct rb *rb, uint64_t need)
 {
-  return need + RB_MAX (rb->nslots / 64, UINT64_C (1));
+  return RB_MIN (need + RB_MAX (rb->nslots / 64, UINT64_C (1)), rb->nslots);
 }
 
 void
 rbi_slots_trim (struct rb *rb)
 {
-  uint64_t loaded;
-
-  if (!rb->slotted || chunkmap_loaded (&rb->map) <= rb->nslots)
+  if (!rb->slotted || rbi_slots_resident (rb) <= rb->nslots)
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
-  loaded = chunkmap_loaded (&rb->map) + rb->slots_reserved;
-  if (loaded > rb->nslots)
-    evict_some (rb, loaded - rb->nslots);
+  if (rbi_slots_resident (rb) + rb->slots_reserved > rb->nslots)
+    evict_some (rb, 0);
 }
 
 int
@@ -377,7 +405,7 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
       gen = rb_atomic_load (&rb->slot_gen);
       if (free_slots (rb) < n)
-        evict_some (rb, batch (rb, n - free_slots (rb)));
+        evict_some (rb, batch (rb, n));
       if (free_slots (rb) >= n) {
         rb->slots_reserved += n;
         return 0;
@@ -426,4 +454,43 @@ rbi_slots_unreserve (struct rb *rb, uint64_t n)
     rb->slots_reserved -= n;
   }
   rbi_slots_notify (rb);
+}
+
+uint64_t
+rbi_slots_missing (struct rb *rb, uint64_t off, uint64_t end)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t s, s1, n = 0, c;
+
+  if (off >= end)
+    return 0;
+  if (rb->slot_shift == rb->chunk_shift) {
+    for (c = rbi_chunk_of (rb, off); c <= rbi_chunk_of (rb, end - 1); c++)
+      n += chunkmap_get (&rb->map, c) == CS_EMPTY;
+    return n;
+  }
+  s = off >> rb->sector_shift;
+  s1 = (end - 1) >> rb->sector_shift;
+  while (s <= s1) {
+    uint64_t next_chunk = ((s >> shift) + 1) << shift;
+    unsigned k = RB_MIN (RB_MIN (s1 + 1, next_chunk) - s, 64 - s % 64);
+
+    n += (uint64_t) rb_popcount64 (chunkmap_invalid (&rb->map, s, k));
+    s += k;
+  }
+  return n;
+}
+
+int
+rbi_slots_reserve_range (struct rb *rb, uint64_t off, uint64_t end,
+                         uint64_t *n)
+{
+  *n = rbi_slots_missing (rb, off, end);
+  if (*n == 0)
+    return 0;
+  if (rbi_slots_reserve (rb, *n) == -1) {
+    *n = 0;
+    return -1;
+  }
+  return 0;
 }

@@ -462,6 +462,38 @@ limit_check (void)
               idle_rb->unsynced_bytes, d, sim->cfg.dirty_max, limit_owed);
 }
 
+/* At rest, the resident sectors (the ram-size= budget, chunkmap.h) are
+ * the V bits, and the V bits what the states and P say RAM holds: every
+ * sector of a whole chunk, none of an EMPTY one, the loaded ones of a
+ * partial one.
+ */
+static void
+resident_check (const struct chunkmap *cm)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t c, s, v = 0;
+
+  for (c = 0; c < cm->nchunks; c++) {
+    unsigned st = (cm->words[c / 32] >> (c % 32 * 2)) & 3;
+    bool p = (cm->part[c / 64] >> (c % 64)) & 1;
+    uint64_t n = 0, end = (c + 1) << shift;
+
+    for (s = c << shift; s < end && s < cm->nsect; s++)
+      n += (cm->valid[s / 64] >> (s % 64)) & 1;
+    if (!p && st != CS_EMPTY && 
+        n != (end < cm->nsect ? end : cm->nsect) - (c << shift))
+      sim_fail ("at rest: whole chunk %" PRIu64 " has %" PRIu64 " of its "
+                "sectors valid: the budget does not count all of them", c, n);
+    if (!p && st == CS_EMPTY && n != 0)
+      sim_fail ("at rest: EMPTY chunk %" PRIu64 " has %" PRIu64 " sectors "
+                "valid", c, n);
+    v += n;
+  }
+  if (v != cm->resident)
+    sim_fail ("at rest: %" PRIu64 " resident sectors counted, %" PRIu64
+              " valid", cm->resident, v);
+}
+
 static void
 idle_check (void)
 {
@@ -500,6 +532,8 @@ idle_check (void)
               " (%" PRIu64 "), sector bits %" PRIu64 " (%" PRIu64 "), "
               "partial %" PRIu64 " (%" PRIu64 ")", cm->dirty, dirty,
               cm->loaded, loaded, cm->sect_set, sect, cm->npartial, part);
+  if (cm->part)
+    resident_check (cm);
   if (idle_rb->inflight_chunks > (UINT64_C (1) << 62) ||
       idle_rb->unsynced_bytes > (UINT64_C (1) << 62))
     sim_fail ("at rest: a counter wrapped below zero: inflight_chunks %"
