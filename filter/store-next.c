@@ -39,10 +39,12 @@
  * worker_main); a plugin that only keeps the CPU busy, like the file
  * plugin writing into the page cache, is driven by the calling thread
  * alone, in pieces of up to SERIAL_PIECE_BYTES (the core's own request
- * size), so write back does not take both CPUs from client requests.  A batch of one piece (a
- * demand load, a writethrough write) runs on the calling thread alone.
+ * size), so write back does not take both CPUs from client requests.
+ * A batch of one piece (a demand load, a writethrough write) runs on
+ * the calling thread alone.
  * The core never has two overlapping requests in flight unless both
- * are reads, so pieces may run in any order.
+ * are reads or one is a populate read whose data it drops (store.h),
+ * so pieces may run in any order.
  *
  * Capabilities, honestly:
  *   - can_write false: the store is read-only; the filter serves a

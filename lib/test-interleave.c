@@ -2010,6 +2010,63 @@ test_evict_fua_nb (void)
   unlink (ram);
 }
 
+/* ram-size= counts loaded sectors, not chunks: misses on one chunk of
+ * 4 sectors, one of them held in the store while two more wait for
+ * its range, one of the same sector and one of another.  The chunk
+ * takes what was loaded (2 sectors) of the budget, each sector counted
+ * once however many loads met on it, and the reservations all go back.
+ */
+static void
+test_sector_budget_once (void)
+{
+  const uint32_t chunk = 16384;
+  struct rb_config c = { .chunk_size = chunk, .ram_size = 16 * chunk,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_READ, .tag = "A" };
+  g_autofree uint8_t *ga = g_malloc (4096), *gb = g_malloc (4096),
+    *gc = g_malloc (4096);
+  struct job a = { .tag = "A", .op = J_READ, .buf = ga, .len = 4096,
+                   .off = 5 * chunk + 4096 };
+  struct job b = { .tag = "B", .op = J_READ, .buf = gb, .len = 4096,
+                   .off = 5 * chunk + 4096 };
+  struct job d = { .tag = "C", .op = J_READ, .buf = gc, .len = 4096,
+                   .off = 5 * chunk + 8192 };
+  struct rb_stats st;
+  struct ts_gate *g;
+  struct fx f;
+
+  fx_open_cfg (&f, 139, &c, true);
+  g_assert_true (f.rb->slotted);
+  a.f = b.f = d.f = &f;
+  g = ts_gate_arm (f.ts, &m, 0);
+  job_start (&a);
+  ts_gate_wait (g);                     /* A's load, held in the store */
+  job_start (&b);
+  job_start (&d);
+  TS_WAIT (waiters (&f.rb->rl.released) >= 2,
+           "two more misses on the chunk to wait for its range");
+  ts_gate_open (g);
+  job_join (&a);
+  job_join (&b);
+  job_join (&d);
+  g_assert_cmpint (a.r, ==, 0);
+  g_assert_cmpint (b.r, ==, 0);
+  g_assert_cmpint (d.r, ==, 0);
+  if (memcmp (ga, f.model + a.off, 4096) != 0 ||
+      memcmp (gb, f.model + b.off, 4096) != 0 ||
+      memcmp (gc, f.model + d.off, 4096) != 0)
+    g_error ("a miss read other data than the store holds");
+  rb_get_stats (f.rb, &st);
+  if (st.resident_bytes != 2 * 4096 || st.demand_loaded_bytes != 2 * 4096)
+    g_error ("three misses loading 2 sectors of one chunk: resident_bytes "
+             "%" PRIu64 " (want %d), demand_loaded_bytes %" PRIu64
+             " (want %d)", st.resident_bytes, 2 * 4096,
+             st.demand_loaded_bytes, 2 * 4096);
+  g_assert_cmpuint (f.rb->slots_reserved, ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 1);
+  fx_finish (&f, "misses meeting on one chunk with ram-size=");
+}
+
 /* ram-size= of 192 chunks with journal=: 190 of them are written and
  * committed (CLEAN in RAM, dirty-max= lets them all in, and leaves room
  * for a request of two chunks), and the applier's in-place write of
@@ -2188,63 +2245,6 @@ test_journal_whole_write (void)
   fx_finish_jts (&f, "a write whole in one transaction");
 }
 
-/* ram-size= counts loaded sectors, not chunks: misses on one chunk of
- * 4 sectors, one of them held in the store while two more wait for
- * its range, one of the same sector and one of another.  The chunk
- * takes what was loaded (2 sectors) of the budget, each sector counted
- * once however many loads met on it, and the reservations all go back.
- */
-static void
-test_sector_budget_once (void)
-{
-  const uint32_t chunk = 16384;
-  struct rb_config c = { .chunk_size = chunk, .ram_size = 16 * chunk,
-                         .store.tls_verify_peer = -1 };
-  struct ts_match m = { .ops = TS_READ, .tag = "A" };
-  g_autofree uint8_t *ga = g_malloc (4096), *gb = g_malloc (4096),
-    *gc = g_malloc (4096);
-  struct job a = { .tag = "A", .op = J_READ, .buf = ga, .len = 4096,
-                   .off = 5 * chunk + 4096 };
-  struct job b = { .tag = "B", .op = J_READ, .buf = gb, .len = 4096,
-                   .off = 5 * chunk + 4096 };
-  struct job d = { .tag = "C", .op = J_READ, .buf = gc, .len = 4096,
-                   .off = 5 * chunk + 8192 };
-  struct rb_stats st;
-  struct ts_gate *g;
-  struct fx f;
-
-  fx_open_cfg (&f, 139, &c, true);
-  g_assert_true (f.rb->slotted);
-  a.f = b.f = d.f = &f;
-  g = ts_gate_arm (f.ts, &m, 0);
-  job_start (&a);
-  ts_gate_wait (g);                     /* A's load, held in the store */
-  job_start (&b);
-  job_start (&d);
-  TS_WAIT (waiters (&f.rb->rl.released) >= 2,
-           "two more misses on the chunk to wait for its range");
-  ts_gate_open (g);
-  job_join (&a);
-  job_join (&b);
-  job_join (&d);
-  g_assert_cmpint (a.r, ==, 0);
-  g_assert_cmpint (b.r, ==, 0);
-  g_assert_cmpint (d.r, ==, 0);
-  if (memcmp (ga, f.model + a.off, 4096) != 0 ||
-      memcmp (gb, f.model + b.off, 4096) != 0 ||
-      memcmp (gc, f.model + d.off, 4096) != 0)
-    g_error ("a miss read other data than the store holds");
-  rb_get_stats (f.rb, &st);
-  if (st.resident_bytes != 2 * 4096 || st.demand_loaded_bytes != 2 * 4096)
-    g_error ("three misses loading 2 sectors of one chunk: resident_bytes "
-             "%" PRIu64 " (want %d), demand_loaded_bytes %" PRIu64
-             " (want %d)", st.resident_bytes, 2 * 4096,
-             st.demand_loaded_bytes, 2 * 4096);
-  g_assert_cmpuint (f.rb->slots_reserved, ==, 0);
-  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 1);
-  fx_finish (&f, "misses meeting on one chunk with ram-size=");
-}
-
 int
 main (int argc, char *argv[])
 {
@@ -2300,13 +2300,13 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/evict-waits-for-sync",
                    test_evict_waits_for_sync);
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
+  g_test_add_func ("/interleave/sector-budget-once",
+                   test_sector_budget_once);
   g_test_add_func ("/interleave/journal-evict-before-apply",
                    test_journal_evict_before_apply);
   g_test_add_func ("/interleave/journal-evict-during-capture",
                    test_journal_evict_during_capture);
   g_test_add_func ("/interleave/journal-whole-write",
                    test_journal_whole_write);
-  g_test_add_func ("/interleave/sector-budget-once",
-                   test_sector_budget_once);
   return g_test_run ();
 }

@@ -735,10 +735,11 @@ fast_zero_refused (struct rb *rb, const struct req *r)
   return false;
 }
 
-/* Reserve slots for write r (reserve_piece over all of it: a hit too
- * may fill sectors of a partial chunk not valid yet); *n says how
- * many, for rbi_slots_unreserve.  Before any range or the journal's
- * gate (slots.c).
+/* Reserve slots for write r: one for each of its sectors (chunks,
+ * without partial ones) not valid at the check, which a hit may have
+ * too (sectors of a partial chunk it fills); *n says how many, for
+ * rbi_slots_unreserve.  Before any range or the journal's gate
+ * (slots.c).
  */
 static int
 write_reserve (struct rb *rb, const struct req *r, uint64_t *n)
@@ -747,6 +748,7 @@ write_reserve (struct rb *rb, const struct req *r, uint64_t *n)
     hit (rb, r->c0, r->c1);
   else
     miss (rb, r->c0, r->c1);
+  /* A hit too may fill sectors of a partial chunk not valid yet. */
   return reserve_piece (rb, r->offset, r->offset + r->count, n);
 }
 
