@@ -222,8 +222,16 @@ struct rb {
    * this is used and the I/O fast path is as without it.
    */
   bool slotted;
-  uint64_t nslots;              /* chunks that may be resident */
+  unsigned slot_shift;          /* log2 of a slot: a sector with partial
+                                   chunks, else a chunk (slots.c) */
+  uint64_t nslots;              /* slots that may be resident */
   uint64_t piece_chunks;        /* chunks a request reserves at a time */
+  uint64_t write_max_chunks;    /* with journal=: the most chunks one
+                                   write, zero or trim may span (it goes
+                                   into RAM whole, slots.c) */
+  uint64_t write_max;           /* with journal=: the bytes of a request
+                                   that fit at any offset (the maximum
+                                   block size advertised); 0 otherwise */
   rb_mutex slot_lock;           /* the reservations and the policy */
   uint64_t slots_reserved;      /* [slot_lock] */
   struct evict evict;           /* [slot_lock], but evict_touch */
@@ -347,18 +355,41 @@ extern uint64_t rbi_populate_step (struct rb *rb,
  * waits, and write back needs no slots.)
  */
 #define RB_MIN_SLOTS 16
-/* A request reserves at most nslots / RB_PIECES_PER_BUDGET chunks at
- * a time (at least one).
+/* A request reserves for at most ram-size / chunk / RB_PIECES_PER_BUDGET
+ * chunks at a time (at least one).
  */
 #define RB_PIECES_PER_BUDGET 64
 /* ram-size= against the device and the other parameters: -1 with a
  * message on the first problem.
  */
 extern int rbi_slots_check (const struct rb *rb);
+/* With journal= (after rbi_txn_open and rbi_slots_init): the largest
+ * request, rb->write_max; -1 with a message if not even two chunks fit.
+ */
+extern int rbi_slots_journal_fit (struct rb *rb);
 extern int rbi_slots_init (struct rb *rb);
 extern void rbi_slots_free (struct rb *rb);
+/* Slots resident now (slots.c): sectors valid, or chunks loaded. */
+static inline uint64_t
+rbi_slots_resident (const struct rb *rb)
+{
+  return rb->slot_shift < rb->chunk_shift ? chunkmap_resident (&rb->map)
+    : chunkmap_loaded (&rb->map);
+}
 /* Reserve n slots, evicting or waiting for write back; -1 at a stop. */
 extern int rbi_slots_reserve (struct rb *rb, uint64_t n);
+/* The slots of [off, end) not resident now (sectors not valid, or
+ * EMPTY chunks): a bound on what a request over it may load.  A hint,
+ * without its range.
+ */
+extern uint64_t rbi_slots_missing (struct rb *rb, uint64_t off,
+                                   uint64_t end);
+/* Reserve rbi_slots_missing (off, end) slots, *n of them (0 with
+ * nothing to load), to give back with rbi_slots_unreserve once the
+ * request's range is released; -1 at a stop (*n 0).
+ */
+extern int rbi_slots_reserve_range (struct rb *rb, uint64_t off,
+                                    uint64_t end, uint64_t *n);
 /* Reserve up to n free slots without evicting or waiting: how many. */
 extern uint64_t rbi_slots_try_reserve (struct rb *rb, uint64_t n);
 extern void rbi_slots_unreserve (struct rb *rb, uint64_t n);
@@ -487,11 +518,20 @@ struct rb_journal_ops {
    * 'deadline' (rb_deadline_ms); 'what' names the caller in errors.
    */
   int (*wait_applied) (struct rb *rb, uint64_t deadline, const char *what);
+  /* ram-size=: is chunk c in a transaction not yet in place and synced
+   * on the backing store (it may not be evicted)?  Lock-free; see the
+   * top of txn.c for why the evictor's order of reads is enough.
+   */
+  bool (*holds) (struct rb *rb, uint64_t c);
 };
 /* Open the journal and replay it onto the backing store; sets rb->jops. */
 extern int rbi_txn_open (struct rb *rb);
 /* The dirty chunks (a resumed image) must fit in one transaction. */
 extern int rbi_txn_check_fit (struct rb *rb);
+/* The most chunks one write may span: its journal estimate must fit
+ * in the journal (txn_write_begin).
+ */
+extern uint64_t rbi_txn_max_chunks (struct rb *rb);
 extern void rbi_txn_close (struct rb *rb, bool clean);
 extern void rbi_txn_stats (struct rb *rb, struct rb_stats *st);
 

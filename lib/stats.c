@@ -53,8 +53,8 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->syncs = rb_atomic_load (&rb->syncs);
   st->throttled = rb_atomic_load (&rb->throttled);
   if (rb->slotted) {
-    st->ram_size = rb->nslots << rb->chunk_shift;
-    st->resident_bytes = st->loaded_chunks << rb->chunk_shift;
+    st->ram_size = rb->nslots << rb->slot_shift;
+    st->resident_bytes = rbi_slots_resident (rb) << rb->slot_shift;
     st->hits = rb_atomic_load (&rb->hits);
     st->misses = rb_atomic_load (&rb->misses);
     st->evictions = rb_atomic_load (&rb->evictions);
@@ -62,8 +62,9 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   }
   else {
     st->ram_size = rb->size;
-    st->resident_bytes = RB_MIN (st->loaded_chunks << rb->chunk_shift,
-                                 rb->size);
+    st->resident_bytes = rb->map.part
+      ? RB_MIN (chunkmap_resident (&rb->map) << rb->sector_shift, rb->size)
+      : RB_MIN (st->loaded_chunks << rb->chunk_shift, rb->size);
   }
   st->store_type = rb->store->ops->name;
   /* The store says whether it is reachable; the core knows whether the

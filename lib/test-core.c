@@ -449,10 +449,10 @@ run_concurrent (bool populate_race)
 }
 
 /* ram-size= with partial chunks: a chunk loaded in part is resident
- * (it holds a slot), so another read of its loaded sectors is a hit:
- * it reserves no slot and evicts nothing, and a miss on another of its
- * sectors loads that sector without a slot either.  With the budget
- * full of such chunks, rereading them must not evict one of them.
+ * (it holds the sectors loaded), so another read of its loaded sectors
+ * is a hit: it reserves nothing and evicts nothing, and a miss on
+ * another of its sectors loads that sector only.  Rereading them must
+ * not evict one of them.
  */
 static void
 ram_size_16_chunks (struct rb_config *c)
@@ -480,12 +480,12 @@ test_partial_hits (void)
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.ram_size, ==, 16 * chunk);
 
-  /* One sector of each of 16 chunks: the budget is full. */
+  /* One sector of each of 16 chunks. */
   for (k = 0; k < 16; k++)
     g_assert_cmpint (rb_pread (rb, buf, 4096, (3 * k) * chunk + 4096), ==, 0);
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.misses, ==, 16);
-  g_assert_cmpuint (st.resident_bytes, ==, 16 * chunk);
+  g_assert_cmpuint (st.resident_bytes, ==, 16 * 4096);
   before = st.demand_loaded_bytes;
 
   /* The same sectors again, three times: hits. */
@@ -522,11 +522,92 @@ test_partial_hits (void)
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.evictions, ==, 0);
 
-  /* A chunk not in RAM: now something goes. */
-  g_assert_cmpint (rb_pread (rb, buf, 4096, 60 * chunk), ==, 0);
-  g_assert_true (memcmp (buf, model + 60 * chunk, 4096) == 0);
+  /* Whole chunks not in RAM, a budget's worth: now something goes. */
+  g_free (buf);
+  buf = g_malloc (chunk);
+  for (k = 48; k < 64; k++) {
+    g_assert_cmpint (rb_pread (rb, buf, chunk, k * chunk), ==, 0);
+    g_assert_true (memcmp (buf, model + k * chunk, chunk) == 0);
+  }
   rb_get_stats (rb, &st);
   g_assert_cmpuint (st.evictions, >, 0);
+  g_assert_cmpuint (st.resident_bytes, <=, st.ram_size);
+
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  assert_file_equals (path, model, size);
+  unlink (path);
+  g_free (path);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
+/* ram-size= counts the sectors loaded, not whole chunks: a budget of
+ * 16 chunks of 64 KiB (256 sectors) holds one sector of each of 200
+ * chunks without evicting, counted exactly; a chunk written whole
+ * counts all its sectors; writes filling sectors of partial chunks
+ * count too; past the budget, chunks go until the loaded sectors fit
+ * again.
+ */
+static void
+test_sector_budget (void)
+{
+  const uint32_t chunk = 65536;
+  size_t size = 32 * MiB;
+  char *path = temp_path ("sector-budget");
+  uint8_t *model = g_malloc (size), *buf = g_malloc (chunk);
+  GRand *r = g_rand_new_with_seed (31);
+  struct rb_stats st;
+  struct rb *rb;
+  int k;
+
+  ts_fill_random (r, model, size);
+  write_file (path, model, size);
+  rb = open_rb (path, chunk, ram_size_16_chunks);
+  for (k = 0; k < 200; k++) {
+    g_assert_cmpint (rb_pread (rb, buf, 4096, k * chunk + 8192), ==, 0);
+    g_assert_true (memcmp (buf, model + k * chunk + 8192, 4096) == 0);
+  }
+  rb_get_stats (rb, &st);
+  if (st.evictions != 0 || st.resident_bytes != 200 * 4096)
+    g_error ("one sector of each of 200 chunks with a budget of 256 "
+             "sectors: %" PRIu64 " evictions (want 0), resident_bytes %"
+             PRIu64 " (want %d)", st.evictions, st.resident_bytes,
+             200 * 4096);
+  g_assert_cmpuint (st.loaded_chunks, ==, 200);
+
+  /* A chunk written whole: all of its 16 sectors. */
+  ts_fill_random (r, buf, chunk);
+  g_assert_cmpint (rb_pwrite (rb, buf, chunk, 400 * chunk, 0), ==, 0);
+  memcpy (model + 400 * chunk, buf, chunk);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.evictions, ==, 0);
+  g_assert_cmpuint (st.resident_bytes, ==, 216 * 4096);
+
+  /* A sector written whole into each of 100 of the partial chunks:
+   * hits, but each fills a sector, past the budget: chunks go (the
+   * writes reserve, and the flusher trims after write back).
+   */
+  for (k = 0; k < 100; k++) {
+    ts_fill_random (r, buf, 4096);
+    g_assert_cmpint (rb_pwrite (rb, buf, 4096, k * chunk + 12288, 0), ==, 0);
+    memcpy (model + k * chunk + 12288, buf, 4096);
+  }
+  rb_get_stats (rb, &st);
+  if (st.resident_bytes > st.ram_size)
+    g_error ("writes filling sectors of resident partial chunks: %" PRIu64
+             " bytes resident, ram-size %" PRIu64 " (%" PRIu64
+             " evictions)", st.resident_bytes, st.ram_size, st.evictions);
+  g_assert_cmpuint (st.evictions, >, 0);
+
+  /* 150 more chunks, a sector each: past the budget, chunks go. */
+  for (k = 200; k < 350; k++) {
+    g_assert_cmpint (rb_pread (rb, buf, 4096, k * chunk), ==, 0);
+    g_assert_true (memcmp (buf, model + k * chunk, 4096) == 0);
+  }
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.evictions, >, 0);
+  g_assert_cmpuint (st.resident_bytes, <=, st.ram_size);
 
   g_assert_cmpint (rb_close (rb), ==, 0);
   assert_file_equals (path, model, size);
@@ -963,6 +1044,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/core/miss-cost", test_miss_cost);
   g_test_add_func ("/core/populate-race-partial", test_populate_race_partial);
   g_test_add_func ("/core/partial-hits", test_partial_hits);
+  g_test_add_func ("/core/sector-budget", test_sector_budget);
   g_test_add_func ("/core/toggle", test_toggle);
   g_test_add_func ("/core/populate-race", test_populate_race);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);

@@ -296,6 +296,50 @@ clear_valid (struct chunkmap *cm, uint64_t c)
   }
 }
 
+static void valid_chunk (struct chunkmap *cm, uint64_t c);
+
+/* Without partial chunks from before: the chunks loaded already (a
+ * resumed map from an image without V bits) are whole.
+ */
+static void
+resident_whole (struct chunkmap *cm)
+{
+  uint64_t c;
+
+  for (c = 0; c < cm->nchunks; c++)
+    if (chunkmap_get (cm, c) != CS_EMPTY)
+      valid_chunk (cm, c);
+}
+
+/* A resumed image: V is what RAM holds.  An EMPTY chunk holds nothing
+ * (never trusted: a crash in the middle of an eviction leaves its V
+ * bits), a whole one every sector (an image written before whole
+ * chunks kept their V bits), a partial one its V bits; the count is
+ * rebuilt from them.
+ */
+static void
+resident_rebuild (struct chunkmap *cm)
+{
+  uint64_t c, w, nsw = sect_words (cm);
+
+  for (c = 0; c < cm->nchunks; c++) {
+    if (chunkmap_get (cm, c) == CS_EMPTY)
+      clear_valid (cm, c);
+    else if (!chunkmap_partial (cm, c))
+      valid_chunk (cm, c);
+  }
+  cm->resident = 0;
+  for (w = 0; w < nsw; w++) {
+    uint64_t v = cm->valid[w];
+
+    if (w * 64 >= cm->nsect)
+      break;
+    if (cm->nsect - w * 64 < 64)
+      v &= bit_range (0, cm->nsect - w * 64);
+    cm->resident += (uint64_t) rb_popcount64 (v);
+  }
+}
+
 int
 chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
                        bool existing, uint64_t nsect)
@@ -327,22 +371,23 @@ chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
   }
   cm->npartial = 0;
   cm->nsect = nsect;
-  if (!existing)
+  cm->resident = 0;
+  if (!existing) {
+    resident_whole (cm);
     return 0;
+  }
   for (w = 0; w < npw; w++) {
     uint64_t b = cm->part[w];
     while (b) {
       uint64_t c = w * 64 + rb_ctz64 (b);
       b &= b - 1;
-      if (c >= cm->nchunks || chunkmap_get (cm, c) == CS_EMPTY) {
+      if (c >= cm->nchunks || chunkmap_get (cm, c) == CS_EMPTY)
         cm->part[w] &= ~(UINT64_C (1) << (c % 64));
-        if (c < cm->nchunks)
-          clear_valid (cm, c);
-      }
       else
         cm->npartial++;
     }
   }
+  resident_rebuild (cm);
   return 0;
 }
 
@@ -395,6 +440,10 @@ chunkmap_set_partial (struct chunkmap *cm, uint64_t c)
   }
 }
 
+/* Set V bits, counting those that were not set in cm->resident: the
+ * CAS tells exactly which bits this call set, so loads meeting on a
+ * sector count it once.
+ */
 void
 chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n)
 {
@@ -402,9 +451,27 @@ chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n)
 
   while (s < end) {
     unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
-    rb_atomic_or (&cm->valid[s / 64], bit_range (lo, k));
+    uint64_t m = bit_range (lo, k), *w = &cm->valid[s / 64];
+    uint64_t old = rb_atomic_load (w);
+
+    while ((m & ~old) && !rb_atomic_cas (w, &old, old | m))
+      ;
+    if (m & ~old)
+      rb_atomic_add (&cm->resident, (uint64_t) rb_popcount64 (m & ~old));
     s += k;
   }
+}
+
+/* Every V bit of chunk c (but those past the device): it is whole. */
+static void
+valid_chunk (struct chunkmap *cm, uint64_t c)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t s = c << shift, end = RB_MIN_U (s + (UINT64_C (1) << shift),
+                                           cm->nsect);
+
+  if (s < end)
+    chunkmap_set_valid (cm, s, end - s);
 }
 
 uint64_t
@@ -459,6 +526,8 @@ chunkmap_make_whole (struct chunkmap *cm, uint64_t c)
     return;
   w = &cm->part[c / 64];
   old = rb_atomic_load (w);
+  if (old & m)
+    valid_chunk (cm, c);
   while (old & m) {
     if (rb_atomic_cas (w, &old, old & ~m)) {
       rb_atomic_sub (&cm->npartial, 1);
@@ -490,6 +559,23 @@ static inline bool
 is_dirty_state (unsigned s)
 {
   return (CS_ANY_DIRTY & CS_BIT (s)) != 0;
+}
+
+/* Chunks of word w at the fields in f left EMPTY: those not partial
+ * are whole, every sector of theirs valid.  Their ranges are held
+ * (chunkmap.h), so P does not change under us but by a completion,
+ * which finds every V set already.
+ */
+static void
+valid_whole (struct chunkmap *cm, uint64_t w, uint64_t f)
+{
+  while (f) {
+    uint64_t c = w * PER_WORD + rb_ctz64 (f) / 2;
+
+    if (!chunkmap_partial (cm, c))
+      valid_chunk (cm, c);
+    f &= f - 1;
+  }
 }
 
 /* chunkmap_move; a chunk moving from a state in 'whole' to DIRTY gets
@@ -540,6 +626,9 @@ move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
       }
       if (is_dirty_state (to))
         sumbits_set (&cm->dirty_hint, w);
+      /* A chunk that leaves EMPTY whole holds all its sectors (V). */
+      if (wc[CS_EMPTY] && cm->part)
+        valid_whole (cm, w, fields_equal (old, CS_EMPTY) & m);
     }
     c = (w + 1) * PER_WORD;
   }
@@ -668,8 +757,15 @@ chunkmap_evict (struct chunkmap *cm, uint64_t c)
     unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
 
     chunkmap_take_bits (cm, s, n);
-    if (cm->part)
-      rb_atomic_and (&cm->valid[s / 64], ~bit_range (s % 64, n));
+    if (cm->part) {
+      uint64_t m = bit_range (s % 64, n), *vw = &cm->valid[s / 64];
+      uint64_t v = rb_atomic_load (vw);
+
+      while ((v & m) && !rb_atomic_cas (vw, &v, v & ~m))
+        ;
+      if (v & m)
+        rb_atomic_sub (&cm->resident, (uint64_t) rb_popcount64 (v & m));
+    }
     s += n;
   }
   if (cm->part) {

@@ -77,7 +77,8 @@
  *      sectors hold valid data in RAM;
  *   V  one bit per sector (numbered like the sector bits): with P set,
  *      the sector holds valid data (loaded from the store, or written
- *      whole by the application).  Without P, V means nothing.
+ *      whole by the application).  Without P, V is set on every
+ *      sector of a loaded chunk (the count below) and read by nobody.
  * States with P:
  *   EMPTY, no P    nothing valid (and no V bit set)
  *   EMPTY, P       transient: a load or write is making it partial,
@@ -101,6 +102,20 @@
  *     journal never store bytes that were not loaded.
  * The loaded counter counts chunks not EMPTY, partial or not; the
  * partial counter those with P.
+ *
+ * Resident sectors (the ram-size= budget, engine/slots.c): with partial
+ * chunks, V is also set on every sector of a whole chunk, so that the
+ * sectors holding data in RAM are exactly the V bits set, and their
+ * count (chunkmap_resident) changes only where a V bit does:
+ *   - set by a load or a write of part of a chunk (chunkmap_set_valid),
+ *     counted by what its CAS set, so loads meeting on a sector (the
+ *     one word) count it once;
+ *   - set on all of a chunk's sectors where it becomes whole: when it
+ *     leaves EMPTY without P (chunkmap_move) and when P is cleared
+ *     (chunkmap_make_whole, before the clear);
+ *   - cleared by an eviction (chunkmap_evict), counted the same way.
+ * A resumed image rebuilds them from the states and P (a whole chunk:
+ * every sector; an EMPTY one: none) and counts them again.
  */
 
 #ifndef RAMBACK_CHUNKMAP_H
@@ -137,6 +152,7 @@ struct chunkmap {
   uint64_t *valid;               /* V bits (see above) */
   bool part_external;            /* part and valid are the caller's */
   uint64_t npartial;             /* chunks with P (atomic) */
+  uint64_t resident;             /* V bits set (atomic, see above) */
   uint64_t nsect;                /* sectors of the device: those past it
                                     (in the last chunk) count as valid */
 };
@@ -204,7 +220,9 @@ chunkmap_npartial (const struct chunkmap *cm)
 /* Mark chunk c partial (it is EMPTY or partial; range held). */
 extern void chunkmap_set_partial (struct chunkmap *cm, uint64_t c);
 
-/* Set the V bits [s, s+n) (their chunks are partial; range held). */
+/* Set the V bits [s, s+n) (their chunks are partial; range held),
+ * counting those newly set as resident.
+ */
 extern void chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n);
 
 /* The V bits [s, s+n), n <= 64, within one word (as chunkmap_peek_bits):
@@ -322,6 +340,15 @@ static inline uint64_t
 chunkmap_loaded (const struct chunkmap *cm)
 {
   return rb_atomic_load (&cm->loaded);
+}
+
+/* What RAM holds: with partial chunks, sectors (V bits set); without,
+ * chunks (not EMPTY).
+ */
+static inline uint64_t
+chunkmap_resident (const struct chunkmap *cm)
+{
+  return cm->part ? rb_atomic_load (&cm->resident) : chunkmap_loaded (cm);
 }
 
 #endif /* RAMBACK_CHUNKMAP_H */

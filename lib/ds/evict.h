@@ -50,7 +50,8 @@ struct evict {
   uint32_t *flags;              /* per chunk, EV_* */
   uint64_t hand;                /* [slot lock] next chunk to look at */
   uint64_t nactive;             /* [atomic] chunks with EV_ACTIVE */
-  uint64_t active_max;          /* the active set's target size */
+  uint64_t active_max;          /* [slot lock] the active set's target
+                                   size (chunks), set by the caller */
 };
 
 extern int evict_init (struct evict *ev, uint64_t n, uint64_t active_max);

@@ -198,6 +198,8 @@ rb_open (const struct rb_config *config)
   ramimage_in_use (&rb->ram);
   if (rb->txns && rbi_txn_check_fit (rb) == -1)
     goto fail;
+  if (rb->txns && rb->slotted && rbi_slots_journal_fit (rb) == -1)
+    goto fail;
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;
@@ -323,6 +325,12 @@ rb_get_chunk_size (struct rb *rb)
   return rb->chunk_size;
 }
 
+uint32_t
+rb_get_max_request (struct rb *rb)
+{
+  return rb->write_max;
+}
+
 int
 rb_set_mode (struct rb *rb, enum rb_mode mode)
 {
@@ -390,7 +398,7 @@ rbi_recompute_limit (struct rb *rb)
    * stays for reads unless dirty-max= says otherwise (slots.c).
    */
   if (limit == 0 && rb->slotted)
-    limit = (rb->nslots << rb->chunk_shift) / 2;
+    limit = (rb->nslots << rb->slot_shift) / 2;
 
   if (rb->cfg.ups_window > 0) {
     uint64_t bw = rb_atomic_load (&rb->flush_bw.bps), ups;

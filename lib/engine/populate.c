@@ -647,20 +647,24 @@ populate_step (struct rb *rb, struct rb_populator_state *ps, bool yielding,
 }
 
 /* With ram-size= smaller than the device (slots.c) populate is a
- * prefetch: each batch takes free slots (never evicting), and once
- * none are free it stops for good, leaving the room to the misses.
+ * prefetch: each batch takes free slots (never evicting), as many as
+ * the whole chunks it loads have sectors, and once not one chunk's
+ * worth is free it stops for good, leaving the room to the misses.
  */
 uint64_t
 rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 {
   bool yielding = clients_missing (rb);
+  unsigned per_chunk = rb->chunk_shift - rb->slot_shift;
   uint64_t got, delay;
 
   if (!rb->slotted)
     return populate_step (rb, ps, yielding, UINT64_MAX >> rb->chunk_shift);
   got = rbi_slots_try_reserve (rb, RB_MAX (batch_budget (rb, ps, yielding) >>
-                                           rb->chunk_shift, UINT64_C (1)));
-  if (got == 0) {
+                                           rb->chunk_shift, UINT64_C (1))
+                               << per_chunk);
+  if (got >> per_chunk == 0) {
+    rbi_slots_unreserve (rb, got);
     rb_log ("populate: ram-size= is full, the prefetch stops with %" PRIu64
             " of %" PRIu64 " chunks in RAM", chunkmap_loaded (&rb->map),
             rb->nchunks);
@@ -669,7 +673,7 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
     rb_cond_broadcast (&rb->populated_cond);
     return RB_STEP_DONE;
   }
-  delay = populate_step (rb, ps, yielding, got);
+  delay = populate_step (rb, ps, yielding, got >> per_chunk);
   rbi_slots_unreserve (rb, got);
   return delay;
 }

@@ -3,28 +3,44 @@
  *
  * The RAM image keeps the device's size in address space (ramimage.h:
  * anonymous memory mapped MAP_NORESERVE, or a sparse ram= file), and a
- * chunk lives at its own offset in it.  What is bounded is how many
- * chunks are resident: not EMPTY in the chunk map.  An evicted chunk's
+ * chunk lives at its own offset in it.  What is bounded is how much
+ * of it is resident (the budget, below).  An evicted chunk's
  * memory is given back to the system (ramimage_zero: MADV_DONTNEED, or
  * a hole punched in the ram= file, which tmpfs frees), so the page
  * tables are the chunk-to-slot table: no indirection on the I/O path,
  * no copy to move a chunk, and a ram= file needs no slot table of its
  * own to resume (its holes are the free slots, the chunk map says what
- * the rest holds).  The budget is nslots = ram-size / chunk chunks.
+ * the rest holds).
  *
- * Reservations.  Whoever is about to make EMPTY chunks resident (a
- * miss, a write to a chunk not in RAM, the prefetch) first reserves as
- * many slots as the request has chunks (rbi_slots_reserve), so that
- * loaded + reserved <= nslots, evicting clean chunks to make room.
- * Always before taking a range, and released after the range: the
- * evictor takes ranges, so nobody may wait for slots while holding one.
- * A hit (every chunk whole at the check) reserves nothing; a chunk
- * evicted between that check and the request's range is loaded without
- * a reservation, so the budget can be passed by the requests in flight
- * at that moment, until the next reservation evicts again.
+ * The budget counts what RAM holds, a slot being its unit: a sector
+ * with partial chunks (chunkmap.h), a chunk without (the kernel
+ * target, or 4 KiB chunks) or where memory comes in pages larger than
+ * a sector (a ram= file on hugetlbfs).  Memory is given per page
+ * (MAP_NORESERVE, a sparse file), and a miss loads the sectors it asks
+ * for, so a chunk loaded in part takes only its loaded sectors: small
+ * random reads
+ * spread over the device, one sector per chunk, fill the budget with
+ * as many chunks as it has sectors, not chunks.  nslots = ram-size /
+ * slot; resident slots are the V bits set (chunkmap_resident), counted
+ * where they are set and cleared, not here.  A ZERO chunk counts whole
+ * though its pages were given back: the budget errs on the safe side.
  *
- * Eviction (evict_some), the one way back to EMPTY (chunkmap.h).  The
- * victim comes from the policy (ds/evict.h) and must be CLEAN, with
+ * Reservations.  Whoever is about to load (a miss, a write to sectors
+ * not in RAM, the prefetch) first reserves as many slots as the
+ * request's sectors (chunks) not resident at the check, a bound on what
+ * it may load (rbi_slots_reserve_range), so that resident + reserved
+ * <= nslots, evicting clean chunks to make room; what it loaded counts
+ * as resident before the reservation goes back.  Always before taking
+ * a range, and released after the range: the evictor takes ranges, so
+ * nobody may wait for slots while holding one.  A hit (every sector
+ * valid at the check) reserves nothing; a chunk evicted between that
+ * check and the request's range is loaded without a reservation, so
+ * the budget can be passed by the requests in flight at that moment,
+ * until the next reservation evicts again.
+ *
+ * Eviction (evict_some), the one way back to EMPTY (chunkmap.h), of
+ * whole chunks (the policy's unit) until the slots asked for are free.
+ * The victim comes from the policy (ds/evict.h) and must be CLEAN, with
  * its last write back synced: a sync that fails re-dirties everything
  * written since the last good one (flush.c, fsyncgate), and a store
  * that lost a connection hands back writes that may land late
@@ -44,6 +60,21 @@
  * to clear instead would wait for good (every resident chunk clean
  * with NB, nothing to write back or sync).
  *
+ * With journal=, CLEAN is not enough: a chunk is CLEAN from its
+ * transaction's commit point on, before it is captured, committed, and
+ * written in place and synced; until then the journal holds it
+ * (jops->holds, counted per chunk in txn.c) and it is kept.  The
+ * journal's applier, not the flusher, then wakes the reservers and
+ * trims what is over the budget.  And a write goes into RAM whole
+ * (io.c, slotted_journal_write), so that a commit point never falls
+ * between two pieces of it: it reserves for all its chunks, then takes
+ * the journal's gate once.  The gate comes after the slots in the lock
+ * order: a reserver may wait for a commit point, which takes the gate
+ * exclusively, and nobody waits for slots inside the gate.  So that
+ * the reservation can always be met, a request spans at most the slots
+ * beyond the dirty limit (rbi_slots_journal_fit: the rest may be dirty
+ * or held, and only the journal frees them).
+ *
  * A victim not synced yet is kept, and the search goes on, for a
  * bounded number of steps (evict_some): sync_lock is the victim's
  * only, so the sync that would free it can run meanwhile.
@@ -62,8 +93,9 @@
  * ram-size= (rbi_recompute_limit), so that reads find clean chunks to
  * evict while write back catches up.
  *
- * Lock order: slot_lock, sync_lock, a range, rb->lock.  Nothing that
- * holds a range or sync_lock takes slot_lock.
+ * Lock order: slot_lock, sync_lock, a range, rb->lock; a reservation
+ * is taken before the journal's gate, and the gate before a range.
+ * Nothing that holds a range, sync_lock or the gate takes slot_lock.
  */
 
 #include "env.h"
@@ -75,6 +107,24 @@
 #define ACTIVE_SHARE_NUM 3
 #define ACTIVE_SHARE_DEN 4
 #define SUSPECT_WAIT_NS (100 * UINT64_C (1000000))
+
+/* With journal= a request goes into RAM whole (io.c), its slots
+ * reserved for all of it at once: it must fit beside the dirty data
+ * (and the chunks of transactions not in place), which the dirty limit
+ * bounds and eviction cannot touch, and in the journal.  A request of
+ * write_max bytes spans at most write_max_chunks chunks wherever it
+ * starts (one more than its length in chunks).
+ */
+static uint64_t
+journal_room (const struct rb *rb)
+{
+  uint64_t nslots = rb->cfg.ram_size >> rb->chunk_shift;
+  uint64_t dirty = rb->cfg.dirty_max ? rb->cfg.dirty_max
+    : (nslots << rb->chunk_shift) / 2;  /* rbi_recompute_limit */
+  uint64_t dchunks = (dirty + rb->chunk_size - 1) >> rb->chunk_shift;
+
+  return nslots > dchunks ? nslots - dchunks : 0;
+}
 
 int
 rbi_slots_check (const struct rb *rb)
@@ -92,6 +142,7 @@ rbi_slots_check (const struct rb *rb)
     return -1;
   }
   n = ram >> rb->chunk_shift;
+  /* In chunks: a request may need that many whole ones at once. */
   if (n < RB_MIN_SLOTS) {
     rb_set_error (EINVAL, "ram-size=%" PRIu64 ": too small, it holds %"
                   PRIu64 " chunks of %" PRIu32 " bytes and needs at least "
@@ -99,15 +150,6 @@ rbi_slots_check (const struct rb *rb)
                   "ram-size=%" PRIu64 " or more, or a smaller chunk=",
                   ram, n, rb->chunk_size, RB_MIN_SLOTS,
                   (uint64_t) RB_MIN_SLOTS << rb->chunk_shift);
-    return -1;
-  }
-  if (rb->cfg.journal) {
-    rb_set_error (EINVAL, "ram-size=%" PRIu64 " (smaller than the %" PRIu64
-                  "-byte device) does not work with journal= yet: a chunk "
-                  "in a transaction not yet applied could be evicted and "
-                  "read back stale from the backing store; drop journal= "
-                  "or give ram-size= of at least the device size", ram,
-                  rb->size);
     return -1;
   }
   if (rb->cfg.dirty_max >= ram) {
@@ -118,6 +160,38 @@ rbi_slots_check (const struct rb *rb)
                   rb->cfg.dirty_max, ram);
     return -1;
   }
+  if (rb->cfg.journal && journal_room (rb) < 2) {
+    rb_set_error (EINVAL, "journal= with ram-size=%" PRIu64 ": a request "
+                  "goes into RAM whole, and room for only %" PRIu64
+                  " chunk(s) of %" PRIu32 " bytes is left beside dirty-max=%"
+                  PRIu64 ", too few for a request of one chunk at any "
+                  "offset: give a larger ram-size=, a smaller dirty-max= or "
+                  "a smaller chunk=", ram, journal_room (rb), rb->chunk_size,
+                  rb->cfg.dirty_max);
+    return -1;
+  }
+  return 0;
+}
+
+int
+rbi_slots_journal_fit (struct rb *rb)
+{
+  uint64_t jmax = rbi_txn_max_chunks (rb);
+  uint64_t n = RB_MIN (journal_room (rb), jmax);
+
+  if (n < 2) {
+    rb_set_error (EINVAL, "journal=%s holds transactions of only %" PRIu64
+                  " chunk(s) of %" PRIu32 " bytes, too few for a request of "
+                  "one chunk at any offset: use a larger journal or a "
+                  "smaller chunk=", rb->cfg.journal, jmax, rb->chunk_size);
+    return -1;
+  }
+  rb->write_max_chunks = n;
+  rb->write_max = RB_MIN ((n - 1) << rb->chunk_shift,
+                          (uint64_t) UINT32_MAX >> rb->chunk_shift
+                          << rb->chunk_shift);
+  rb_log ("journal= with ram-size=: requests of up to %" PRIu64 " bytes "
+          "(%" PRIu64 " chunks at most)", rb->write_max, n);
   return 0;
 }
 
@@ -128,16 +202,25 @@ rbi_slots_init (struct rb *rb)
 
   if (ram == 0 || ram >= rb->size)
     return 0;
-  rb->nslots = ram >> rb->chunk_shift;
+  /* Sectors, unless memory comes in larger pages (hugetlbfs): a
+   * sector loaded there takes a whole page.
+   */
+  rb->slot_shift = rb->map.part &&
+    rb->ram.block <= (UINT64_C (1) << rb->sector_shift)
+    ? rb->sector_shift : rb->chunk_shift;
+  rb->nslots = ram >> rb->slot_shift;
   if (evict_init (&rb->evict, rb->nchunks,
-                  rb->nslots * ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN) == -1)
+                  (ram >> rb->chunk_shift) * ACTIVE_SHARE_NUM /
+                  ACTIVE_SHARE_DEN) == -1)
     return -1;
   rb_mutex_init (&rb->slot_lock);
   rb->slotted = true;
-  rb->piece_chunks = RB_MAX (rb->nslots / RB_PIECES_PER_BUDGET,
-                            UINT64_C (1));
-  rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " of the %" PRIu64 " chunks "
-          "may be in RAM at once", ram, rb->nslots, rb->nchunks);
+  rb->piece_chunks = RB_MAX ((ram >> rb->chunk_shift) / RB_PIECES_PER_BUDGET,
+                             UINT64_C (1));
+  rb_log ("ram-size=%" PRIu64 ": %" PRIu64 " %s of %" PRIu64 " bytes may "
+          "be in RAM at once", ram, rb->nslots,
+          rb->slot_shift < rb->chunk_shift ? "sectors" : "chunks",
+          UINT64_C (1) << rb->slot_shift);
   return 0;
 }
 
@@ -161,11 +244,18 @@ rbi_slots_notify (struct rb *rb)
   rb_cond_broadcast (&rb->space_cond);
 }
 
+/* Slots resident or reserved now [slot_lock]. */
+static uint64_t
+used_slots (struct rb *rb)
+{
+  return rbi_slots_resident (rb) + rb->slots_reserved;
+}
+
 /* Free slots now [slot_lock]. */
 static uint64_t
 free_slots (struct rb *rb)
 {
-  uint64_t used = chunkmap_loaded (&rb->map) + rb->slots_reserved;
+  uint64_t used = used_slots (rb);
 
   return used >= rb->nslots ? 0 : rb->nslots - used;
 }
@@ -178,13 +268,17 @@ is_resident (void *opaque, uint64_t c)
   return chunkmap_get (&rb->map, c) != CS_EMPTY;
 }
 
-/* The policy's pre-check, without the range (rechecked under it). */
+/* The policy's pre-check, without the range (rechecked under it).  With
+ * journal=, a CLEAN chunk may still be in a transaction not in place
+ * yet (txn.c): the state first, then the journal's count.
+ */
 static bool
 may_evict (void *opaque, uint64_t c)
 {
   struct rb *rb = opaque;
 
-  return chunkmap_get (&rb->map, c) == CS_CLEAN;
+  return chunkmap_get (&rb->map, c) == CS_CLEAN &&
+    !(rb->jops && rb->jops->holds (rb, c));
 }
 
 /* Does [off, off+len) overlap a write not synced yet?  rb->lock held. */
@@ -250,19 +344,25 @@ evict_one (struct rb *rb, uint64_t c)
   return ok ? EV_GONE : EV_KEPT;
 }
 
-/* Evict up to want chunks [slot_lock]; returns how many went.  The
- * policy's pre-check cannot tell a chunk not synced yet (that needs
- * rb->lock), so a victim may be kept, and picked again on the next
- * turn of the hand: the search ends after at most two turns of the
- * hand the normal way, then one desperate, however many were kept.
+/* Evict chunks until want slots are free (want 0: until the used ones
+ * fit the budget) [slot_lock].  The policy's
+ * pre-check cannot tell a chunk not synced yet (that needs rb->lock),
+ * so a victim may be kept, and picked again on the next turn of the
+ * hand: the search ends after at most two turns of the hand the normal
+ * way, then one desperate, however many were kept.  The active set's
+ * target is a share of the chunks resident now: with partial chunks
+ * the budget holds more chunks than ram-size / chunk.
  */
-static uint64_t
+static void
 evict_some (struct rb *rb, uint64_t want)
 {
-  uint64_t got = 0, steps = 2 * rb->nchunks;
+  uint64_t steps = 2 * rb->nchunks;
   bool desperate = false;
 
-  while (got < want) {
+  rb->evict.active_max = RB_MAX (chunkmap_loaded (&rb->map),
+                                 rb->cfg.ram_size >> rb->chunk_shift) *
+    ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN;
+  while (used_slots (rb) + want > rb->nslots) {
     uint64_t c = evict_pick (&rb->evict, &steps, desperate, is_resident,
                              may_evict, rb);
 
@@ -273,37 +373,26 @@ evict_some (struct rb *rb, uint64_t want)
       steps = rb->nchunks;
       continue;
     }
-    switch (evict_one (rb, c)) {
-    case EV_GONE:
-      got++;
-      break;
-    case EV_KEPT:
-      break;
-    case EV_SUSPECTS:
-      return got;
-    }
+    if (evict_one (rb, c) == EV_SUSPECTS)
+      return;
   }
-  return got;
 }
 
 /* Evict in batches: a miss that must evict makes room for a few more. */
 static uint64_t
 batch (struct rb *rb, uint64_t need)
 {
-  return need + RB_MAX (rb->nslots / 64, UINT64_C (1));
+  return RB_MIN (need + RB_MAX (rb->nslots / 64, UINT64_C (1)), rb->nslots);
 }
 
 void
 rbi_slots_trim (struct rb *rb)
 {
-  uint64_t loaded;
-
-  if (!rb->slotted || chunkmap_loaded (&rb->map) <= rb->nslots)
+  if (!rb->slotted || rbi_slots_resident (rb) <= rb->nslots)
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
-  loaded = chunkmap_loaded (&rb->map) + rb->slots_reserved;
-  if (loaded > rb->nslots)
-    evict_some (rb, loaded - rb->nslots);
+  if (rbi_slots_resident (rb) + rb->slots_reserved > rb->nslots)
+    evict_some (rb, 0);
 }
 
 int
@@ -316,7 +405,7 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->slot_lock);
       gen = rb_atomic_load (&rb->slot_gen);
       if (free_slots (rb) < n)
-        evict_some (rb, batch (rb, n - free_slots (rb)));
+        evict_some (rb, batch (rb, n));
       if (free_slots (rb) >= n) {
         rb->slots_reserved += n;
         return 0;
@@ -324,7 +413,10 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
     }
     /* Every resident chunk is dirty or not synced yet: write back. */
     rb_atomic_add (&rb->slot_waits, 1);
-    rbi_flusher_hurry (rb);
+    if (rb->jops)               /* a commit point, and in place now */
+      rb->jops->hurry (rb);
+    else
+      rbi_flusher_hurry (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       /* The deadline only bounds a wait for a store's suspects
@@ -362,4 +454,43 @@ rbi_slots_unreserve (struct rb *rb, uint64_t n)
     rb->slots_reserved -= n;
   }
   rbi_slots_notify (rb);
+}
+
+uint64_t
+rbi_slots_missing (struct rb *rb, uint64_t off, uint64_t end)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t s, s1, n = 0, c;
+
+  if (off >= end)
+    return 0;
+  if (rb->slot_shift == rb->chunk_shift) {
+    for (c = rbi_chunk_of (rb, off); c <= rbi_chunk_of (rb, end - 1); c++)
+      n += chunkmap_get (&rb->map, c) == CS_EMPTY;
+    return n;
+  }
+  s = off >> rb->sector_shift;
+  s1 = (end - 1) >> rb->sector_shift;
+  while (s <= s1) {
+    uint64_t next_chunk = ((s >> shift) + 1) << shift;
+    unsigned k = RB_MIN (RB_MIN (s1 + 1, next_chunk) - s, 64 - s % 64);
+
+    n += (uint64_t) rb_popcount64 (chunkmap_invalid (&rb->map, s, k));
+    s += k;
+  }
+  return n;
+}
+
+int
+rbi_slots_reserve_range (struct rb *rb, uint64_t off, uint64_t end,
+                         uint64_t *n)
+{
+  *n = rbi_slots_missing (rb, off, end);
+  if (*n == 0)
+    return 0;
+  if (rbi_slots_reserve (rb, *n) == -1) {
+    *n = 0;
+    return -1;
+  }
+  return 0;
 }
