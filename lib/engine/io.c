@@ -790,8 +790,9 @@ slotted_write (struct rb *rb, const struct req *r)
  * is in one transaction or the next, never split by a commit point
  * between two pieces.  Its slots first, for all of it, then the
  * journal's gate once (a reserver may wait for a commit point, which
- * takes the gate exclusively); rb->write_max (journal_max_write) keeps
- * every request within what the budget can give it.
+ * takes the gate exclusively).  rb->write_max_chunks (slots.c,
+ * rbi_slots_journal_fit) keeps every request within what the budget
+ * can give it.
  */
 static int
 slotted_journal_write (struct rb *rb, const struct req *r)
