@@ -9,13 +9,18 @@
 # new ramback on the same export (cold again); the runs are paired
 # (direct, ramback, ... interleaved) and the medians kept.  With
 # --base=DIR the ramback of another build tree (e.g. the previous
-# version) is measured in the same run, side by side.
+# version) is measured in the same run, side by side.  A plugin with
+# populate=false (misses only) is measured too, for reference.  Then
+# populate alone: the time a new ramback takes to load a device of
+# --fill-size over the same link with no client (until wait-populated
+# returns), against nbdcopy of the export (the link's capacity), paired
+# the same way.
 #
 # Target: ramback >= 0.9x the export direct, with the default chunk
 # size (a miss loads the sectors it asks for, not the chunk).
 #
 #   bench/bench-cold.sh [--quick] [--build=DIR] [--base=DIR] [--dir=DIR]
-#       [--size=SIZE] [--delay=MS] [--rate=BITS/S] [--runtime=S]
+#       [--size=SIZE] [--fill-size=SIZE] [--delay=MS] [--rate=BITS/S] [--runtime=S]
 #       [--repeat=N] [--output=FILE] [--strict] [--keep]
 #
 # Exit status: 0 when the benchmark ran (targets missed or not, unless
@@ -41,6 +46,7 @@ used directly.
   --dir=DIR       where the work directory goes (default: \${TMPDIR:-/var/tmp})
   --size=SIZE     device size (default 256M, --quick 64M): populate must
                   not finish during a run (at 25 Mbit/s, 256M takes 80 s)
+  --fill-size=SIZE  device size for populate alone (default 32M, --quick 16M)
   --delay=MS      remote delay per request in ms (default 5)
   --rate=BITS     the rate filter's cap, in bits per second (its unit;
                   default 25M)
@@ -53,12 +59,13 @@ used directly.
 EOF
 }
 
-size=; delay=5; rate=25M; runtime=; repeat=; quick=no; output=
+size=; fill_size=; delay=5; rate=25M; runtime=; repeat=; quick=no; output=
 strict=no; keep=no; build=${RAMBACK_BUILD:-}; base=
 
 for arg in "$@"; do
     case $arg in
         --size=*) size=${arg#*=} ;;
+        --fill-size=*) fill_size=${arg#*=} ;;
         --delay=*) delay=${arg#*=} ;;
         --rate=*) rate=${arg#*=} ;;
         --runtime=*) runtime=${arg#*=} ;;
@@ -68,11 +75,12 @@ for arg in "$@"; do
     esac
 done
 if [ "$quick" = yes ]; then
-    : "${size:=64M}" "${runtime:=4}" "${repeat:=1}"
+    : "${size:=64M}" "${fill_size:=16M}" "${runtime:=4}" "${repeat:=1}"
 else
-    : "${size:=256M}" "${runtime:=10}" "${repeat:=3}"
+    : "${size:=256M}" "${fill_size:=32M}" "${runtime:=10}" "${repeat:=3}"
 fi
 size_b=$(size_arg "$size")
+fill_b=$(size_arg "$fill_size")
 rate_b=$(size_arg "$rate")
 for v in "$delay" "$runtime" "$repeat"; do
     [[ $v =~ ^[0-9]+$ ]] || { echo "$prog: bad number '$v'" >&2; exit 2; }
@@ -87,9 +95,9 @@ if [ -n "$base" ]; then
     [ -f "$BASE_PLUGIN" ] && [ -f "$BASE_FILTER" ] ||
         die "--base=$base: plugin or filter not built"
 fi
-for c in nbdkit fio /usr/bin/python3; do
+for c in nbdkit fio nbdcopy /usr/bin/python3; do
     command -v "$c" >/dev/null ||
-        die "'$c' is needed (apt-get install nbdkit fio python3)"
+        die "'$c' is needed (apt-get install nbdkit fio libnbd-bin python3)"
 done
 
 W=$(mktemp -d "${workroot:-${TMPDIR:-/var/tmp}}/bench-cold.XXXXXX")
@@ -105,9 +113,11 @@ trap cleanup EXIT INT TERM
 # killed at the end of its run, and nbdkit (1.32) may abort when a
 # reply races the close of a client that died with requests in flight.
 head -c "$size_b" /dev/urandom >"$W/link.img"
+head -c "$fill_b" /dev/urandom >"$W/fill.img"
 link="nbd+unix:///?socket=$W/link.sock"
+linkimg=$W/link.img
 start_link () {
-    start_server link --filter=delay --filter=rate file "$W/link.img" \
+    start_server link --filter=delay --filter=rate file "$linkimg" \
         delay-read="${delay}ms" delay-write="${delay}ms" rate="$rate_b"
 }
 kill_link () {
@@ -130,25 +140,58 @@ j = json.load (open (sys.argv[1]))["jobs"][0]
 print ("%.1f" % (j["read"]["iops"] + j["write"]["iops"]))' "$W/fio.json"
 }
 
-# cold KIND SO RW: a new ramback (KIND plugin or filter, SO its .so) on
-# the export, fio at once, then the fraction of the device it had
-# loaded; prints "IOPS LOADED-FRACTION".
-cold () {
-    local kind=$1 so=$2 rw=$3 iops progress
+# start_rb KIND SO [PARAM...]: a new ramback (KIND plugin or filter, SO
+# its .so) on the export.
+start_rb () {
+    local kind=$1 so=$2
+    shift 2
     rm -f "$W/rb.ctl"
     if [ "$kind" = plugin ]; then
-        start_server rb "$so" back="$link" control="$W/rb.ctl"
+        start_server rb "$so" back="$link" control="$W/rb.ctl" "$@"
     else
-        start_server rb --filter="$so" nbd uri="$link" control="$W/rb.ctl"
+        start_server rb --filter="$so" nbd uri="$link" control="$W/rb.ctl" "$@"
     fi
+}
+kill_rb () {
+    kill -KILL "$rb_pid"
+    while kill -0 "$rb_pid" 2>/dev/null; do sleep 0.02; done
+    _forget_pid "$rb_pid"
+}
+
+# cold KIND SO RW [PARAM...]: a new ramback on the export, fio at once,
+# then the fraction of the device it had loaded; prints "IOPS
+# LOADED-FRACTION".
+cold () {
+    local kind=$1 so=$2 rw=$3 iops progress
+    shift 3
+    start_rb "$kind" "$so" "$@"
     iops=$(fio_iops "$rb_uri" "$rw")
     progress=$(fdiv "$(status_field "$W/rb.ctl" loaded_bytes)" "$size_b")
     # Killed: a clean stop would write the random writes back over the
     # slow link first.
-    kill -KILL "$rb_pid"
-    while kill -0 "$rb_pid" 2>/dev/null; do sleep 0.02; done
-    _forget_pid "$rb_pid"
+    kill_rb
     echo "$iops $progress"
+}
+
+# fill SO: seconds a new ramback plugin takes to load the whole export
+# with no client (from its start to wait-populated's answer).
+fill () {
+    local t0 t1
+    t0=$(now)
+    start_rb plugin "$1"
+    ctl_wait "$W/rb.ctl" "wait-populated 600000" >/dev/null
+    t1=$(now)
+    kill_rb
+    fsub "$t1" "$t0"
+}
+
+# copy_link: seconds nbdcopy takes to read the whole export.
+copy_link () {
+    local t0 t1
+    t0=$(now)
+    nbdcopy "$link" null: || die "nbdcopy $link failed"
+    t1=$(now)
+    fsub "$t1" "$t0"
 }
 
 declare -A res
@@ -171,6 +214,8 @@ for (( i = 1; i <= repeat; i++ )); do
         run_one "$rw.plugin" cold plugin "$PLUGIN" "$rw"
         log "run $i: $rw ramback filter"
         run_one "$rw.filter" cold filter "$FILTER" "$rw"
+        log "run $i: $rw ramback plugin, populate=false"
+        run_one "$rw.nopop" cold plugin "$PLUGIN" "$rw" populate=false
         if [ -n "$base" ]; then
             log "run $i: $rw base plugin"
             run_one "$rw.bplugin" cold plugin "$BASE_PLUGIN" "$rw"
@@ -180,9 +225,23 @@ for (( i = 1; i <= repeat; i++ )); do
     done
 done
 
-args=()
+linkimg=$W/fill.img
+for (( i = 1; i <= repeat; i++ )); do
+    log "run $i: populate alone ($fill_size): nbdcopy of the export"
+    run_one fill.direct copy_link
+    log "run $i: populate alone ($fill_size): ramback plugin"
+    run_one fill.plugin fill "$PLUGIN"
+    if [ -n "$base" ]; then
+        log "run $i: populate alone ($fill_size): base plugin"
+        run_one fill.bplugin fill "$BASE_PLUGIN"
+    fi
+done
+
+args=("fill.direct=$(median ${res[fill.direct]})"
+      "fill.plugin=$(median ${res[fill.plugin]})"
+      "fill.bplugin=$( [ -n "$base" ] && median ${res[fill.bplugin]} || echo -)")
 for rw in randread randwrite; do
-    for k in direct plugin filter bplugin bfilter; do
+    for k in direct plugin filter nopop bplugin bfilter; do
         v=${res[$rw.$k]:-}
         if [ -n "$v" ]; then args+=("$rw.$k=$(median $v)"); else args+=("$rw.$k=-"); fi
         p=${res[$rw.$k.progress]:-}
@@ -191,14 +250,15 @@ for rw in randread randwrite; do
 done
 
 /usr/bin/python3 - "$delay" "$rate" "$size" "$strict" "${output:-}" \
-    "${base:+base}" "${args[@]}" <<'EOP'
+    "${base:+base}" "$fill_size" "${args[@]}" <<'EOP'
 import sys
-delay, rate, size, strict, output, base = sys.argv[1:7]
-v = dict (a.split ("=", 1) for a in sys.argv[7:])
+delay, rate, size, strict, output, base, fill_size = sys.argv[1:8]
+v = dict (a.split ("=", 1) for a in sys.argv[8:])
 rows, missed = [], 0
 for rw in ("randread", "randwrite"):
     d = float (v[rw + ".direct"])
     for k, name in (("plugin", "ramback plugin"), ("filter", "ramback filter"),
+                    ("nopop", "plugin populate=false"),
                     ("bplugin", "base plugin"), ("bfilter", "base filter")):
         x = v.get (rw + "." + k, "-")
         if x == "-":
@@ -218,6 +278,14 @@ lines = ["remote: nbdkit file, delay filter %s ms per request, rate filter "
          "of the device in RAM when the job ended)" % (delay, rate, size)]
 for r in [hdr] + rows:
     lines.append ("  ".join (c.ljust (w[i]) for i, c in enumerate (r)))
+d = float (v["fill.direct"])
+lines.append ("")
+lines.append ("populate alone, %s, no client: nbdcopy of the export %.1f s" %
+              (fill_size, d))
+for k, name in (("plugin", "ramback plugin"), ("bplugin", "base plugin")):
+    if v.get ("fill." + k, "-") != "-":
+        x = float (v["fill." + k])
+        lines.append ("  %-15s %.1f s (%.2fx the link's time)" % (name, x, x / d))
 text = "\n".join (lines)
 print ()
 print (text)

@@ -260,6 +260,7 @@ static int rbk_populator(void *arg)
 						nsecs_to_jiffies(delay));
 		cond_resched();
 	}
+	rbi_populator_state_fini(&ps);
 	return 0;
 }
 

@@ -244,6 +244,14 @@ int rbi_slots_reserve(struct rb *rb, uint64_t n)
 	return 0;
 }
 
+int rbi_slots_reserve_range(struct rb *rb, uint64_t off, uint64_t end,
+			    uint64_t *n)
+{
+	WARN_ON_ONCE(rb->slotted);
+	*n = 0;
+	return 0;
+}
+
 uint64_t rbi_slots_try_reserve(struct rb *rb, uint64_t n)
 {
 	WARN_ON_ONCE(rb->slotted);

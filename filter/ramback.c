@@ -314,13 +314,15 @@ ramback_filter_export_description (nbdkit_next *next, void *handle)
   return NULL;
 }
 
-/* RAM takes any alignment and size. */
+/* RAM takes any alignment and size; with journal= and ram-size=, up
+ * to the largest request (glue.c).
+ */
 static int
 ramback_filter_block_size (nbdkit_next *next, void *handle,
                            uint32_t *minimum, uint32_t *preferred,
                            uint32_t *maximum)
 {
-  *minimum = *preferred = *maximum = 0;
+  ramback_glue_block_size (minimum, preferred, maximum);
   return 0;
 }
 

@@ -125,6 +125,25 @@ ramback_glue_cleanup (void)
   nbdkit_debug ("ramback: clean stop complete");
 }
 
+void
+ramback_glue_block_size (uint32_t *minimum, uint32_t *preferred,
+                         uint32_t *maximum)
+{
+  uint32_t max = ramback_rb ? rb_get_max_request (ramback_rb) : 0;
+
+  *minimum = *preferred = *maximum = 0;
+  if (max == 0)
+    return;
+  /* Any alignment; preferred a power of two (4096 if it fits: what
+   * RAM is written by without a penalty).
+   */
+  *minimum = 1;
+  *preferred = 4096;
+  while (*preferred > max)
+    *preferred /= 2;
+  *maximum = max;
+}
+
 static unsigned
 flags_of (uint32_t flags)
 {

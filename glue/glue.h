@@ -45,6 +45,12 @@ extern void ramback_glue_client (int delta);
 extern int ramback_glue_start (void);
 extern void ramback_glue_cleanup (void);
 
+/* NBD block size constraints (.block_size): none (all 0), but with
+ * journal= and ram-size= the largest request (rb_get_max_request).
+ */
+extern void ramback_glue_block_size (uint32_t *minimum, uint32_t *preferred,
+                                     uint32_t *maximum);
+
 /* The data path.  flags are nbdkit's (NBDKIT_FLAG_FUA, _FAST_ZERO). */
 extern int ramback_glue_pread (void *buf, uint32_t count, uint64_t offset);
 extern int ramback_glue_pwrite (const void *buf, uint32_t count,

@@ -92,6 +92,12 @@ struct rb_populator_state {
   uint64_t c;                   /* where the scan goes on */
   uint64_t backoff;             /* ms before a retry after a failure */
   bool wrapped;                 /* the scan wrapped around once */
+  /* The last batch read: its bytes and its own bandwidth (bytes/s), 0
+   * before the first; the next batch is sized from them (populate.c).
+   */
+  uint64_t last_bytes, last_bps;
+  void *bounce;                 /* reads land here first (populate.c) */
+  uint64_t bounce_size;
 };
 
 struct rb {
@@ -220,6 +226,12 @@ struct rb {
                                    chunks, else a chunk (slots.c) */
   uint64_t nslots;              /* slots that may be resident */
   uint64_t piece_chunks;        /* chunks a request reserves at a time */
+  uint64_t write_max_chunks;    /* with journal=: the most chunks one
+                                   write, zero or trim may span (it goes
+                                   into RAM whole, slots.c) */
+  uint64_t write_max;           /* with journal=: the bytes of a request
+                                   that fit at any offset (the maximum
+                                   block size advertised); 0 otherwise */
   rb_mutex slot_lock;           /* the reservations and the policy */
   uint64_t slots_reserved;      /* [slot_lock] */
   struct evict evict;           /* [slot_lock], but evict_touch */
@@ -330,6 +342,7 @@ extern int rbi_load_sectors (struct rb *rb, uint64_t start, uint64_t end,
                              bool demand);
 extern void rbi_check_populated (struct rb *rb);
 extern void rbi_populator_state_init (struct rb_populator_state *ps);
+extern void rbi_populator_state_fini (struct rb_populator_state *ps);
 /* One populate pass: a batch of loads (or a hole marked).  The caller
  * does not call it in writethrough mode (populate pauses there).
  */
@@ -350,6 +363,10 @@ extern uint64_t rbi_populate_step (struct rb *rb,
  * message on the first problem.
  */
 extern int rbi_slots_check (const struct rb *rb);
+/* With journal= (after rbi_txn_open and rbi_slots_init): the largest
+ * request, rb->write_max; -1 with a message if not even two chunks fit.
+ */
+extern int rbi_slots_journal_fit (struct rb *rb);
 extern int rbi_slots_init (struct rb *rb);
 extern void rbi_slots_free (struct rb *rb);
 /* Slots resident now (slots.c): sectors valid, or chunks loaded. */
@@ -501,11 +518,20 @@ struct rb_journal_ops {
    * 'deadline' (rb_deadline_ms); 'what' names the caller in errors.
    */
   int (*wait_applied) (struct rb *rb, uint64_t deadline, const char *what);
+  /* ram-size=: is chunk c in a transaction not yet in place and synced
+   * on the backing store (it may not be evicted)?  Lock-free; see the
+   * top of txn.c for why the evictor's order of reads is enough.
+   */
+  bool (*holds) (struct rb *rb, uint64_t c);
 };
 /* Open the journal and replay it onto the backing store; sets rb->jops. */
 extern int rbi_txn_open (struct rb *rb);
 /* The dirty chunks (a resumed image) must fit in one transaction. */
 extern int rbi_txn_check_fit (struct rb *rb);
+/* The most chunks one write may span: its journal estimate must fit
+ * in the journal (txn_write_begin).
+ */
+extern uint64_t rbi_txn_max_chunks (struct rb *rb);
 extern void rbi_txn_close (struct rb *rb, bool clean);
 extern void rbi_txn_stats (struct rb *rb, struct rb_stats *st);
 

@@ -212,6 +212,12 @@ extern void rb_begin_stop_drain (struct rb *rb);
 
 extern uint64_t rb_get_size (struct rb *rb);
 extern uint32_t rb_get_chunk_size (struct rb *rb);
+/* The largest write, zero or trim accepted at any offset, in bytes (the
+ * NBD maximum block size to advertise); 0 if there is no such limit.
+ * Only with journal= and ram-size= smaller than the device: a request
+ * goes into RAM whole there, so it must fit in the budget.
+ */
+extern uint32_t rb_get_max_request (struct rb *rb);
 
 /* Flags for the I/O calls. */
 #define RB_FUA 1              /* this request must be durable on return */

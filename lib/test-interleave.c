@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "journal.h"
 #include "test-store.h"
 
 #define MiB (1024 * 1024)
@@ -766,6 +767,57 @@ test_miss_beside_populate (void)
   g_rand_free (r);
 }
 
+/* --- a miss inside a populate batch does not wait for its read -------- */
+
+/* 64 KiB chunks, populate on, and its first batch (chunks 0 to 3, read
+ * while the store's bandwidth is not known yet) held in the store.  A
+ * 4 KiB read in chunk 0 and a 4 KiB write in chunk 1 must complete
+ * meanwhile: they load (or need) only their own sectors.  A batch that
+ * held its ranges over its read held them for the whole round trip of
+ * its slowest request: seconds over a slow link, while each held miss
+ * kept a server thread.  Then the batch comes in and must leave both
+ * chunks to the partial fill: not put the store's old sector back
+ * over the write.
+ */
+static void
+test_miss_inside_populate (void)
+{
+  struct ts_match m = { .ops = TS_READ, .tag = "" };
+  g_autofree uint8_t *got = g_malloc (SECTOR), *buf = NULL;
+  struct ts_gate *g;
+  struct job b, w;
+  struct fx f;
+
+  fx_open_cs (&f, 73, false, true, false, 0, BIG_CHUNK);
+  buf = fx_random (&f, SECTOR);
+  g = ts_gate_arm (f.ts, &m, 0);
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  ts_gate_wait (g);                     /* populate's first batch, held */
+  g_assert_cmpuint (ts_gate_rec (g).offset, ==, 0);
+  g_assert_cmpuint (ts_gate_rec (g).count, >=, 2 * BIG_CHUNK);
+
+  b = (struct job) { .f = &f, .tag = "B", .op = J_READ, .buf = got,
+                     .len = SECTOR, .off = SECTOR };
+  w = (struct job) { .f = &f, .tag = "W", .op = J_WRITE, .buf = buf,
+                     .len = SECTOR, .off = BIG_CHUNK + 2 * SECTOR };
+  job_start (&b);
+  job_start (&w);
+  TS_WAIT (rb_atomic_load (&b.done) && rb_atomic_load (&w.done),
+           "a read and a write inside populate's batch while its read "
+           "is held in the store");
+  job_join (&b);
+  job_join (&w);
+  g_assert_cmpint (b.r, ==, 0);
+  g_assert_cmpint (w.r, ==, 0);
+  if (memcmp (got, f.model + SECTOR, SECTOR) != 0)
+    g_error ("a miss inside a populate batch read the wrong data");
+  memcpy (f.model + BIG_CHUNK + 2 * SECTOR, buf, SECTOR);
+
+  ts_gate_open (g);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_finish (&f, "a read and a write inside a held populate batch");
+}
+
 /* --- FUA with fsync=wait is durable when it returns -------------------- */
 
 /* The flusher is held in a write back, so it cannot sync: a FUA write or
@@ -1489,14 +1541,12 @@ flusher_job_main (gpointer arg)
   return NULL;
 }
 
-/* fsync=wait and a 4 MiB journal in a file of its own; returns its
- * path, for fx_finish_journal.
+/* A 4 MiB journal in a file of its own, with configuration *c (its
+ * journal is set here); returns its path, for fx_finish_journal.
  */
 static char *
-fx_open_journal (struct fx *f, guint32 seed)
+fx_open_journal_cfg (struct fx *f, guint32 seed, struct rb_config *c)
 {
-  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
-                         .fsync_wait = true, .store.tls_verify_peer = -1 };
   char *jpath;
   int fd;
 
@@ -1507,9 +1557,19 @@ fx_open_journal (struct fx *f, guint32 seed)
   g_assert_cmpint (fd, >=, 0);
   g_assert_cmpint (ftruncate (fd, 4 * MiB), ==, 0);
   close (fd);
-  c.journal = jpath;
-  fx_open_cfg (f, seed, &c, true);
+  c->journal = jpath;
+  fx_open_cfg (f, seed, c, true);
   return jpath;
+}
+
+/* The same with fsync=wait and populate. */
+static char *
+fx_open_journal (struct fx *f, guint32 seed)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true, .store.tls_verify_peer = -1 };
+
+  return fx_open_journal_cfg (f, seed, &c);
 }
 
 /* RAM == model; a clean stop puts everything in place: store == model. */
@@ -1625,6 +1685,42 @@ __wrap_rb_store_open (const struct rb_store_params *p)
   return __real_rb_store_open (p);
 }
 
+/* The fixture with configuration *c and its journal (journal_path) on
+ * the test store journal_ts, of the smallest size (1 MiB); started.
+ */
+static void
+fx_open_jts (struct fx *f, guint32 seed, struct rb_config *c,
+             const char *name)
+{
+  int fd;
+
+  journal_path = g_strdup_printf ("%s/ramback-interleave-%s-%d",
+                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
+                                  : "/var/tmp", name, (int) getpid ());
+  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  g_assert_cmpint (fd, >=, 0);
+  close (fd);
+  journal_ts = ts_new (MiB, NULL);
+  c->journal = journal_path;
+  fx_open_cfg (f, seed, c, true);
+}
+
+/* RAM == model; a clean stop puts everything in place: store == model. */
+static void
+fx_finish_jts (struct fx *f, const char *what)
+{
+  fx_check_ram (f, what);
+  g_assert_cmpint (rb_close (f->rb), ==, 0);
+  ts_assert_durable (f->ts, f->model, what);
+  ts_free (f->ts);
+  ts_free (journal_ts);
+  journal_ts = NULL;
+  g_free (f->model);
+  g_rand_free (f->r);
+  unlink (journal_path);
+  g_free (journal_path);
+}
+
 /* fsync=wait, a journal of the smallest size (1 MiB: it holds less
  * than the 1 MiB device), no commit but those asked for.  The whole
  * device is zeroed, a piece at a time: ZERO chunks, a few bytes of
@@ -1644,17 +1740,8 @@ test_journal_failed_commit (void)
   struct fx f;
   struct job j;
   uint64_t off;
-  int fd;
 
-  journal_path = g_strdup_printf ("%s/ramback-interleave-jfail-%d",
-                                  g_getenv ("TMPDIR") ? g_getenv ("TMPDIR")
-                                  : "/var/tmp", (int) getpid ());
-  fd = open (journal_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-  g_assert_cmpint (fd, >=, 0);
-  close (fd);
-  journal_ts = ts_new (MiB, NULL);
-  c.journal = journal_path;
-  fx_open_cfg (&f, 113, &c, true);
+  fx_open_jts (&f, 113, &c, "jfail");
 
   for (off = 0; off < SIZE; off += 16 * CHUNK) {
     g_assert_cmpint (rb_zero (f.rb, 16 * CHUNK, off, 0), ==, 0);
@@ -1672,16 +1759,7 @@ test_journal_failed_commit (void)
     g_error ("journal: a FLUSH after a failed commit failed: %s",
              rb_get_error ());
 
-  fx_check_ram (&f, "a failed commit");
-  g_assert_cmpint (rb_close (f.rb), ==, 0);
-  ts_assert_durable (f.ts, f.model, "a failed commit, then a clean stop");
-  ts_free (f.ts);
-  ts_free (journal_ts);
-  journal_ts = NULL;
-  g_free (f.model);
-  g_rand_free (f.r);
-  unlink (journal_path);
-  g_free (journal_path);
+  fx_finish_jts (&f, "a failed commit, then a clean stop");
 }
 
 /* --- a zero run collected, then written over ------------------------ */
@@ -1989,12 +2067,192 @@ test_sector_budget_once (void)
   fx_finish (&f, "misses meeting on one chunk with ram-size=");
 }
 
+/* ram-size= of 192 chunks with journal=: 190 of them are written and
+ * committed (CLEAN in RAM, dirty-max= lets them all in, and leaves room
+ * for a request of two chunks), and the applier's in-place write of
+ * their transaction is held: the backing store still has their old
+ * data.  Two more are read (clean and on the store).  A miss of three
+ * chunks (one piece) must not evict any of the 190 (it would read the old data
+ * back from the store): it evicts the two read ones, waits until the
+ * transaction is in place and synced, then evicts one more.
+ */
+static void
+test_journal_evict_before_apply (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 192 * CHUNK,
+                         .dirty_max = 190 * CHUNK, .fsync_wait = true,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .offset = 0, .count = CHUNK,
+                        .tag = "" };
+  g_autofree uint8_t *got = g_malloc (3 * CHUNK);
+  struct job rd = { .tag = "miss", .op = J_READ, .len = 3 * CHUNK,
+                    .off = 250 * CHUNK };
+  g_autofree uint8_t *buf = NULL;
+  struct ts_gate *g;
+  struct fx f;
+  char *jpath;
+  uint64_t k;
+
+  jpath = fx_open_journal_cfg (&f, 139, &c);
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpuint (f.rb->piece_chunks, ==, 3);
+  g = ts_gate_arm (f.ts, &m, 0);
+  buf = fx_random (&f, 190 * CHUNK);
+  for (k = 0; k < 190; k++)
+    fx_write (&f, buf + k * CHUNK, CHUNK, k * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  ts_gate_wait (g);
+  g_assert_cmpint (rb_pread (f.rb, got, 2 * CHUNK, 190 * CHUNK), ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 192);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 0);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done) ||
+           (rb_atomic_load (&f.rb->slot_waits) > 0 &&
+            waiters (&f.rb->space_cond) > 0),
+           "the miss to return, or to wait for room");
+  for (k = 0; k < 190; k++)
+    if (chunkmap_get (&f.rb->map, k) == CS_EMPTY &&
+        !ts_pending_has (f.ts, f.model + k * CHUNK, CHUNK, k * CHUNK))
+      g_error ("journal: chunk %" PRIu64 " was evicted while its "
+               "transaction was committed but not in place: it would "
+               "be read back stale from the backing store", k);
+  g_assert_false (rb_atomic_load (&rd.done));
+  ts_gate_open (g);
+  miss_done (&f, &rd, "the miss to find room once the transaction is in "
+             "place and synced");
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), <=, 192);
+  fx_finish_journal (&f, jpath, "a miss over a transaction not in place");
+}
+
+/* ram-size= of 48 chunks with journal=: 33 chunks apart from each other
+ * (a run each, more data than the journal appends in one request) are
+ * written and a FLUSH commits them: they are CLEAN at once, and the
+ * capture copies them from RAM run by run between the journal's
+ * writes; the test holds the first of those writes, so most are still
+ * pending.  15 chunks read between them fill the budget, and a miss
+ * evicts two: it must take two of those (clean, and on the store), not
+ * a chunk of the transaction, which the capture would then read as
+ * zeroes (or a load read back stale).
+ */
+static void
+test_journal_evict_during_capture (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 48 * CHUNK,
+                         .dirty_max = 40 * CHUNK, .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .tag = NULL };
+  g_autofree uint8_t *got = g_malloc (CHUNK);
+  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
+                    .off = 200 * CHUNK };
+  struct job fl = { .tag = "flush", .op = J_FLUSH };
+  struct ts_gate *g;
+  struct fx f;
+  uint64_t k;
+
+  fx_open_jts (&f, 149, &c, "jcap");
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpuint (33 * CHUNK, >, RBJ_WHOLE_MAX);
+
+  for (k = 0; k < 33; k++) {
+    g_autofree uint8_t *buf = fx_random (&f, CHUNK);
+
+    fx_write (&f, buf, CHUNK, 2 * k * CHUNK, 0);
+  }
+  g = ts_gate_arm (journal_ts, &m, 0);
+  fl.f = &f;
+  job_start (&fl);
+  ts_gate_wait (g);
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 0);
+  for (k = 0; k < 15; k++)
+    g_assert_cmpint (rb_pread (f.rb, got, CHUNK, (2 * k + 1) * CHUNK), ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 48);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done), "the miss to evict and return");
+  job_join (&rd);
+  g_assert_cmpint (rd.r, ==, 0);
+  for (k = 0; k < 33; k++)
+    if (chunkmap_get (&f.rb->map, 2 * k) == CS_EMPTY)
+      g_error ("journal: chunk %" PRIu64 " of a transaction being appended "
+               "was evicted (captured from RAM, or still to be)", 2 * k);
+  ts_gate_open (g);
+  TS_WAIT (rb_atomic_load (&fl.done), "the FLUSH to return");
+  job_join (&fl);
+  g_assert_cmpint (fl.r, ==, 0);
+  fx_finish_jts (&f, "a miss during a capture, then a clean stop");
+}
+
+/* ram-size= of 16 chunks with journal=, dirty-max= of two chunks: a
+ * transaction must hold whole writes.  Chunk 5 is dirty; a write of
+ * chunks 20 and 21 (both EMPTY; pieces of one chunk, were it cut in
+ * pieces of piece_chunks) passes the dirty limit.  Were its second
+ * piece throttled on its own, after the first was in RAM and out of
+ * the journal's gate, the commit point it asks for would take chunk
+ * 20 alone: a crash after that commit would recover half the write.
+ * The applier's in-place write of chunk 20 is held, so that such a
+ * throttle would wait for good: the write must complete, and chunk 20
+ * must be in no transaction without chunk 21.
+ */
+static void
+test_journal_whole_write (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .dirty_max = 2 * CHUNK, .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .offset = 20 * CHUNK,
+                        .count = CHUNK, .tag = "" };
+  g_autofree uint8_t *one = NULL, *two = NULL;
+  struct job w;
+  struct ts_gate *g;
+  struct fx f;
+
+  fx_open_jts (&f, 151, &c, "jwhole");
+  g_assert_true (f.rb->slotted);
+  g_assert_cmpuint (f.rb->piece_chunks, ==, 1);
+  one = fx_random (&f, CHUNK);
+  two = fx_random (&f, 2 * CHUNK);
+  fx_write (&f, one, CHUNK, 5 * CHUNK, 0);
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 20), ==, CS_EMPTY);
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 21), ==, CS_EMPTY);
+  g = ts_gate_arm (f.ts, &m, 0);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = two,
+                     .len = 2 * CHUNK, .off = 20 * CHUNK };
+  job_start (&w);
+  TS_WAIT (rb_atomic_load (&w.done) || ts_gate_held (g),
+           "the write to return, or a commit of part of it to be applied");
+  if (!rb_atomic_load (&w.done) &&
+      chunkmap_get (&f.rb->map, 20) != CS_DIRTY &&
+      memcmp (f.rb->ram.base + 20 * CHUNK, two, CHUNK) == 0)
+    g_error ("journal: a commit point fell inside a write: chunk 20 of "
+             "it is in a transaction (%s in RAM, being applied) while "
+             "chunk 21 is not written yet",
+             chunkmap_get (&f.rb->map, 20) == CS_CLEAN ? "CLEAN" : "not dirty");
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + 20 * CHUNK, two, 2 * CHUNK);
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 20), ==, CS_DIRTY);
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 21), ==, CS_DIRTY);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  ts_gate_wait (g);
+  ts_gate_open (g);
+  fx_finish_jts (&f, "a write whole in one transaction");
+}
+
 int
 main (int argc, char *argv[])
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/interleave/miss-beside-populate",
                    test_miss_beside_populate);
+  g_test_add_func ("/interleave/miss-inside-populate",
+                   test_miss_inside_populate);
   g_test_add_func ("/interleave/flush-race", test_flush_race);
   g_test_add_func ("/interleave/write-during-store", test_write_during_store);
   g_test_add_func ("/interleave/populate-newer-write",
@@ -2044,5 +2302,11 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
   g_test_add_func ("/interleave/sector-budget-once",
                    test_sector_budget_once);
+  g_test_add_func ("/interleave/journal-evict-before-apply",
+                   test_journal_evict_before_apply);
+  g_test_add_func ("/interleave/journal-evict-during-capture",
+                   test_journal_evict_during_capture);
+  g_test_add_func ("/interleave/journal-whole-write",
+                   test_journal_whole_write);
   return g_test_run ();
 }

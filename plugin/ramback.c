@@ -99,6 +99,14 @@ ramback_get_size (void *handle)
   return rb_get_size (ramback_rb);
 }
 
+static int
+ramback_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
+                    uint32_t *maximum)
+{
+  ramback_glue_block_size (minimum, preferred, maximum);
+  return 0;
+}
+
 /* All connections share one RAM image and FLUSH syncs everything, so
  * what one connection's FLUSH or FUA makes durable is visible and
  * durable for all of them: multi-conn is safe with fsync=ignore (no
@@ -224,6 +232,7 @@ static struct nbdkit_plugin plugin = {
   .open              = ramback_open,
   .close             = ramback_close,
   .get_size          = ramback_get_size,
+  .block_size        = ramback_block_size,
   .can_multi_conn    = ramback_can_multi_conn,
   .can_flush         = ramback_can_flush,
   .can_fua           = ramback_can_fua,

@@ -67,8 +67,6 @@ expect_fail "ram-size= not whole chunks" "ram-size=100000 is not a multiple of t
             "$b" ram-size=100000
 expect_fail "ram-size= too small"  "ram-size=524288: too small.*at least 16.*ram-size=1048576" \
             "$b" ram-size=512K
-expect_fail "ram-size= with journal=" "ram-size=4194304.*does not work with journal=" \
-            "$b" ram-size=4M journal="$TMP/journal.img"
 expect_fail "dirty-max= not below ram-size=" "dirty-max=4194304 must be smaller than ram-size=4194304" \
             "$b" ram-size=4M dirty-max=4M
 if [ "$RAMBACK_FORM" = plugin ]; then

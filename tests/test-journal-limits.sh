@@ -77,6 +77,55 @@ ramback status --prometheus "$rb_ctl" | grep -q '^ramback_journal_commits_total{
     fail "no journal metrics"
 stop_rb_same rb "$TMP/back.img" "$TMP/model"
 
+echo "=== with ram-size=: the largest request fits, a larger one is refused"
+# ram-size=1M of 64K chunks: 16 in RAM, dirty-max= 8 of them; a request
+# goes into RAM whole, so it may span the 8 others: 7 chunks at any
+# offset (8 when aligned).  A write or zero over more is refused; a
+# longer trim goes in
+# pieces.
+truncate -s $(( 2 * 1024 * 1024 )) "$TMP/back3.img"
+truncate -s $(( 1024 * 1024 )) "$TMP/j3.img"
+start_rb rb back="$TMP/back3.img" journal="$TMP/j3.img" chunk=64K ram-size=1M
+py - "$rb_uri" "$TMP/model3" <<'EOF2'
+import random, sys
+import nbd
+import model as M
+
+uri, modelf = sys.argv[1:]
+
+def body ():
+    h = M.connect (uri)
+    h.set_strict_mode (0)       # send what the server says it refuses
+    m = M.Model (h.get_size ())
+    big = 7 * 65536
+    if h.get_block_size (nbd.SIZE_MAXIMUM) != big:
+        M.fail ("maximum block size %d, expected %d"
+                % (h.get_block_size (nbd.SIZE_MAXIMUM), big))
+    rng = random.Random (11)
+    for off in (1, 65535, 3 * 65536, m.size - big):
+        d = rng.randbytes (big)
+        h.pwrite (d, off)
+        m.write (off, d)
+    for what, op in (("write", lambda: h.pwrite (bytes (8 * 65536), 1)),
+                     ("zero", lambda: h.zero (1 << 20, 0))):
+        try:
+            op ()
+            M.fail ("a %s larger than the maximum block size was accepted"
+                    % what)
+        except nbd.Error as e:
+            M.log ("%s refused: %s" % (what, e))
+    h.trim (m.size - 65536, 65536)
+    m.write (65536, bytes (m.size - 65536))
+    h.flush ()
+    m.check_nbd (h)
+    m.save (modelf)
+
+M.main (body)
+EOF2
+grep -q 'with journal= and ram-size=1048576 a request goes into RAM whole' \
+    "$rb_log" || fail "no message says why a large request was refused"
+stop_rb_same rb "$TMP/back3.img" "$TMP/model3"
+
 echo "=== each transaction's data starts 4 KiB aligned in the journal"
 truncate -s $(( 2 * 1024 * 1024 )) "$TMP/j2.img"
 truncate -s "$size" "$TMP/back2.img"
@@ -172,6 +221,9 @@ expect_fail "journal holds other data" "holds data that is not a ramback journal
     back="$TMP/back.img" journal="$TMP/data.img"
 expect_fail "another device's journal" "belongs to a backing store of 8388608 bytes" \
     back="$TMP/other.img" journal="$TMP/j.img"
+expect_fail "ram-size= leaves no room for a request" \
+    "journal= with ram-size=1048576: a request goes into RAM whole, and room for only 1 chunk" \
+    back="$TMP/back.img" journal="$TMP/j.img" chunk=64K ram-size=1M dirty-max=960K
 expect_fail "commit-interval without journal" "commit-interval= only applies with journal=" \
     back="$TMP/back.img" commit-interval=2
 expect_fail "commit-interval=0" "commit-interval=0: expected seconds" \

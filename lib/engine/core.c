@@ -198,6 +198,8 @@ rb_open (const struct rb_config *config)
   ramimage_in_use (&rb->ram);
   if (rb->txns && rbi_txn_check_fit (rb) == -1)
     goto fail;
+  if (rb->txns && rb->slotted && rbi_slots_journal_fit (rb) == -1)
+    goto fail;
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;
@@ -321,6 +323,12 @@ uint32_t
 rb_get_chunk_size (struct rb *rb)
 {
   return rb->chunk_size;
+}
+
+uint32_t
+rb_get_max_request (struct rb *rb)
+{
+  return rb->write_max;
 }
 
 int

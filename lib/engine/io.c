@@ -552,24 +552,42 @@ fast_write (struct rb *rb, const struct req *r)
  * the write.
  */
 static int
-journal_write (struct rb *rb, const struct req *r)
+journal_into_ram (struct rb *rb, const struct req *r)
 {
   uint64_t reserved;
   int ret = 0;
 
-  rbi_throttle (rb);
   if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
-  if (!loaded (rb, r->c0, r->c1))
+  /* ram-size=: no lock-free path (a chunk may leave RAM). */
+  if (rb->slotted || !loaded (rb, r->c0, r->c1))
     ret = slow_path (rb, r);
   else
     fast_write (rb, r);
   rb->jops->write_end (rb, reserved);
-  if (ret == 0 && rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
-    ret = rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
-  else if (ret == 0 && (r->flags & RB_FUA) && rb->cfg.fsync_wait)
-    ret = rb->jops->sync (rb);
   return ret;
+}
+
+/* Then writethrough and FUA wait for the transaction (with ram-size=,
+ * holding no slots: reservers may wait for the same applier).
+ */
+static int
+journal_wait (struct rb *rb, const struct req *r)
+{
+  if (rb_atomic_load (&rb->mode) == RB_MODE_WRITETHROUGH)
+    return rb->jops->wait_applied (rb, rb_deadline_ms (-1), "writethrough");
+  if ((r->flags & RB_FUA) && rb->cfg.fsync_wait)
+    return rb->jops->sync (rb);
+  return 0;
+}
+
+static int
+journal_write (struct rb *rb, const struct req *r)
+{
+  rbi_throttle (rb);
+  if (journal_into_ram (rb, r) == -1)
+    return -1;
+  return journal_wait (rb, r);
 }
 
 /* ram-size= smaller than the device (slots.c): no lock-free path, as
@@ -584,7 +602,8 @@ journal_write (struct rb *rb, const struct req *r)
  * resident chunk it touches counts as used again (evict.h).  Writes
  * take the slow path (or writethrough) piece by piece: NBD promises
  * no atomicity for a write, and each piece is done in full before the
- * next begins.
+ * next begins.  Not with journal=: a transaction holds whole writes
+ * (slotted_journal_write).
  */
 
 /* The chunks of [c0, c1] that are not resident.  A hint. */
@@ -716,13 +735,30 @@ fast_zero_refused (struct rb *rb, const struct req *r)
   return false;
 }
 
+/* Reserve slots for write r: one for each of its sectors (chunks,
+ * without partial ones) not valid at the check, which a hit may have
+ * too (sectors of a partial chunk it fills); *n says how many, for
+ * rbi_slots_unreserve.  Before any range or the journal's gate
+ * (slots.c).
+ */
+static int
+write_reserve (struct rb *rb, const struct req *r, uint64_t *n)
+{
+  if (write_in_ram (rb, r))
+    hit (rb, r->c0, r->c1);
+  else
+    miss (rb, r->c0, r->c1);
+  /* A hit too may fill sectors of a partial chunk not valid yet. */
+  return reserve_piece (rb, r->offset, r->offset + r->count, n);
+}
+
 static int
 slotted_write (struct rb *rb, const struct req *r)
 {
   uint64_t off = r->offset, end = r->offset + r->count;
 
   while (off < end) {
-    uint64_t pend = piece_end (rb, off, end), n = 0;
+    uint64_t pend = piece_end (rb, off, end), n;
     struct req p = *r;
     bool wt = writes_through (rb, r);
     int ret;
@@ -739,23 +775,49 @@ slotted_write (struct rb *rb, const struct req *r)
     }
     else
       rbi_throttle (rb);
-    if (write_in_ram (rb, &p))
-      hit (rb, p.c0, p.c1);
-    else
-      miss (rb, p.c0, p.c1);
-    /* A hit too may fill sectors of a partial chunk not valid yet. */
-    if (reserve_piece (rb, off, pend, &n) == -1)
+    if (write_reserve (rb, &p, &n) == -1)
       return -1;
-    if (wt)
-      ret = writethrough (rb, &p);
-    else
-      ret = slow_path (rb, &p);
+    ret = wt ? writethrough (rb, &p) : slow_path (rb, &p);
     rbi_slots_unreserve (rb, n);
     if (ret == -1)
       return -1;
     off = pend;
   }
   return 0;
+}
+
+/* ram-size= with journal=: the whole request in one piece, so that it
+ * is in one transaction or the next, never split by a commit point
+ * between two pieces.  Its slots first, for all of it, then the
+ * journal's gate once (a reserver may wait for a commit point, which
+ * takes the gate exclusively); rb->write_max (journal_max_write) keeps
+ * every request within what the budget can give it.
+ */
+static int
+slotted_journal_write (struct rb *rb, const struct req *r)
+{
+  uint64_t n;
+  int ret;
+
+  if (r->c1 - r->c0 + 1 > rb->write_max_chunks) {
+    rb_set_error (EINVAL, "a request of %" PRIu64 " bytes at offset %"
+                  PRIu64 " spans %" PRIu64 " chunks; with journal= and "
+                  "ram-size=%" PRIu64 " a request goes into RAM whole and "
+                  "may span at most %" PRIu64 " (requests of up to %"
+                  PRIu64 " bytes always fit): send smaller requests, or "
+                  "give a larger ram-size= (or a smaller dirty-max=, or a "
+                  "larger journal)", r->count, r->offset, r->c1 - r->c0 + 1,
+                  rb->cfg.ram_size, rb->write_max_chunks, rb->write_max);
+    return -1;
+  }
+  rbi_throttle (rb);
+  if (write_reserve (rb, r, &n) == -1)
+    return -1;
+  ret = journal_into_ram (rb, r);
+  rbi_slots_unreserve (rb, n);
+  if (ret == -1)
+    return -1;
+  return journal_wait (rb, r);
 }
 
 static int
@@ -766,6 +828,8 @@ do_write (struct rb *rb, const struct req *r)
     rb_set_error (EROFS, "the backing store is read-only");
     return -1;
   }
+  if (rb->slotted && rb->jops)
+    return slotted_journal_write (rb, r);
   if (rb->slotted)
     return slotted_write (rb, r);
   if (rb->jops)
@@ -1020,6 +1084,18 @@ rb_zero (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 int
 rb_trim (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 {
+  /* journal= with ram-size=: a trim longer than the largest request
+   * (rb->write_max; a zero that long is refused) goes in pieces of that
+   * size, each whole in one transaction.  NBD leaves a trimmed range's
+   * content unspecified until it is written again, so the device at a
+   * commit point between two pieces is still an answer to every read.
+   */
+  while (rb->write_max && count > rb->write_max) {
+    if (rb_zero (rb, rb->write_max, offset, flags) == -1)
+      return -1;
+    offset += rb->write_max;
+    count -= rb->write_max;
+  }
   return rb_zero (rb, count, offset, flags);
 }
 

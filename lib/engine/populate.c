@@ -23,6 +23,36 @@
  * One batch (or one hole) is one call of rbi_populate_step(), which
  * returns the delay before the next; the populator thread
  * (populator_main) only pauses and waits that out.
+ *
+ * A miss must not wait for populate.  Two ways it could, both seen
+ * over a slow link: behind populate's bytes queued on the link (a
+ * batch sized from a bandwidth measured while the link let a burst
+ * through was seconds of the link's real rate), and behind a batch's
+ * LOAD ranges, which a read of a sector inside them waited on until
+ * the last of the batch's requests came back (a server that serves
+ * small requests first, as a token bucket does, starves the batch
+ * while the misses it holds back pile up, each holding a server
+ * thread).  So:
+ *   - a batch is the only populate I/O in flight, and it is sized from
+ *     the last batch's own bandwidth (not a long average: when the link
+ *     slows, the next batch follows at once) and grows at most twofold
+ *     from one batch to the next (a slow start from BATCH_FIRST): at
+ *     most about BATCH_NS of the link, and YIELD_BATCH_NS while clients
+ *     miss;
+ *   - over a store slower than BOUNCE_BPS a batch is read into a bounce
+ *     buffer without any range held, and then copied in under the
+ *     ranges, chunk by chunk, only where a chunk is still EMPTY and not
+ *     partial: a miss inside the batch loads its own sectors meanwhile
+ *     (a few KiB read twice), and a write that got there first leaves
+ *     its chunk out of EMPTY, so the copy skips it.  The ranges are then
+ *     held for a memcpy, not a round trip.  The buffer holds one batch
+ *     (at most BATCH_NS of BOUNCE_BPS) and goes when populate ends.
+ *     Such a read may overlap a store write of the same chunk (one that
+ *     left EMPTY after the runs were picked, store.h); what it read of
+ *     that chunk is not used.  Not with ram-size= (eviction returns
+ *     chunks to EMPTY, with newer data in the store than a read begun
+ *     before), and not over fast stores, where a batch is over in
+ *     BATCH_NS and the copy would cost more than it saves.
  */
 
 #include "env.h"
@@ -33,20 +63,31 @@
 
 #define BATCH_IOS 8
 
-/* Populate yields to clients.  A batch holds LOAD ranges over what it
- * reads until all of it is in, and a client request in them waits; on
- * a slow link it also queues behind the batch.  So a batch is at most
- * about BATCH_NS of the measured populate bandwidth (BATCH_FIRST
- * before there is a measure), and while clients reach data not loaded
- * yet (rbi_note_miss, in the last YIELD_NS) at most YIELD_BATCH, each
- * followed by a pause YIELD_FACTOR times as long as it took: populate
- * then takes about a fifth of the store's time, and misses the rest.
+/* Populate yields to clients (see the top).  A batch is at most about
+ * BATCH_NS of the last batch's bandwidth and twice the last batch
+ * (BATCH_FIRST before there is one), and while clients reach data not
+ * loaded yet (rbi_note_miss, in the last YIELD_NS) at most YIELD_BATCH
+ * and YIELD_BATCH_NS of the link, each followed by a pause YIELD_FACTOR
+ * times as long as it took: populate then takes about a tenth of the
+ * store's time, and misses the rest.  BATCH_NS is what keeps a lone
+ * populate near the link's capacity: a batch pays one round trip, so
+ * its share of the link is about 1 - RTT / BATCH_NS.
  */
 #define BATCH_NS (100 * UINT64_C (1000000))
-#define BATCH_FIRST (1024 * 1024)
+#define BATCH_FIRST (256 * 1024)
 #define YIELD_NS (200 * UINT64_C (1000000))
 #define YIELD_BATCH (256 * 1024)
+#define YIELD_BATCH_NS (20 * UINT64_C (1000000))
 #define YIELD_FACTOR 9
+/* Below this bandwidth (bytes/s) batches go through the bounce buffer:
+ * copying costs well under a twentieth of the transfer.
+ */
+#define BOUNCE_BPS (UINT64_C (256) * 1024 * 1024)
+/* Each read lands in the bounce buffer at an address aligned as its
+ * offset is, modulo this (a power of two, the largest page size), so
+ * that a store that reads with O_DIRECT (store-file.c) still can.
+ */
+#define BOUNCE_ALIGN (UINT64_C (64) * 1024)
 
 static bool
 clients_missing (struct rb *rb)
@@ -56,13 +97,25 @@ clients_missing (struct rb *rb)
   return t != 0 && rb_now_ns () - t < YIELD_NS;
 }
 
+/* Bytes that bps moves in ns. */
+static uint64_t
+bytes_in (uint64_t bps, uint64_t ns)
+{
+  return bps / (UINT64_C (1000000000) / ns);
+}
+
 /* Bytes for the next batch (above). */
 static uint64_t
-batch_budget (struct rb *rb, bool yielding)
+batch_budget (struct rb *rb, const struct rb_populator_state *ps,
+              bool yielding)
 {
-  uint64_t bw = rb_atomic_load (&rb->populate_bw.bps);
-  uint64_t b = bw ? bw / (UINT64_C (1000000000) / BATCH_NS) : BATCH_FIRST;
+  uint64_t b = BATCH_FIRST;
 
+  if (ps->last_bps) {
+    b = RB_MIN (bytes_in (ps->last_bps, BATCH_NS), 2 * ps->last_bytes);
+    if (yielding)
+      b = RB_MIN (b, bytes_in (ps->last_bps, YIELD_BATCH_NS));
+  }
   if (yielding)
     b = RB_MIN (b, (uint64_t) YIELD_BATCH);
   return RB_MAX (b, (uint64_t) rb->chunk_size);
@@ -327,19 +380,70 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
   return data >= rb->size ? rb->nchunks : rbi_chunk_of (rb, data);
 }
 
-/* Load one batch: up to BATCH_IOS runs of EMPTY chunks in [c, limit),
- * each under its own LOAD range, read in one submit (a remote store runs
- * them in parallel).  Returns the chunk to continue from, or c on error.
+/* The bounce buffer for k reads of 'bytes' in all, from an address
+ * aligned to BOUNCE_ALIGN; NULL if it cannot grow (the batch then goes
+ * straight into RAM, under its ranges).
+ */
+static char *
+bounce_get (struct rb_populator_state *ps, uint64_t bytes, size_t k)
+{
+  uint64_t need = bytes + (k + 1) * BOUNCE_ALIGN;
+  void *p;
+
+  if (ps->bounce_size < need) {
+    p = rb_realloc (ps->bounce, ps->bounce_size, need);
+    if (p == NULL)
+      return NULL;
+    ps->bounce = p;
+    ps->bounce_size = need;
+  }
+  return (char *) (((uintptr_t) ps->bounce + BOUNCE_ALIGN - 1) &
+                   ~(uintptr_t) (BOUNCE_ALIGN - 1));
+}
+
+/* Under a range over chunks [c, c+n), whose data is at src: copy in
+ * and make CLEAN the chunks still EMPTY and not partial (the others
+ * were loaded or written meanwhile).  Returns the bytes copied.
  */
 static uint64_t
-load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
+copy_in (struct rb *rb, uint64_t c, uint64_t n, const char *src)
+{
+  uint64_t i = 0, bytes = 0, base = rbi_chunk_offset (rb, c);
+
+  while (i < n) {
+    uint64_t len = empty_run (rb, c + i, n - i), off, cnt;
+
+    if (len == 0) {
+      i++;
+      continue;
+    }
+    off = rbi_chunk_offset (rb, c + i);
+    cnt = rbi_chunks_bytes (rb, c + i, len);
+    memcpy (rb->ram.base + off, src + (off - base), cnt);
+    chunkmap_move (&rb->map, c + i, len, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+    bytes += cnt;
+    i += len;
+  }
+  return bytes;
+}
+
+/* Load one batch: up to BATCH_IOS runs of EMPTY chunks in [c, limit),
+ * read in one submit (a remote store runs them in parallel), each under
+ * its own LOAD range: held over the read, or, through the bounce buffer
+ * (see the top), only over the copy.  Returns the chunk to continue
+ * from, or c on error.
+ */
+static uint64_t
+load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
+            uint64_t limit, uint64_t budget)
 {
   struct rl_node nodes[BATCH_IOS];
   struct rb_io ios[BATCH_IOS];
   uint64_t runs[BATCH_IOS][2];
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
                             UINT64_C (1));
-  uint64_t next = c, bytes = 0, t0, wait;
+  uint64_t next = c, bytes = 0, read = 0, t0, wait;
+  char *bounce = NULL;
   size_t k = 0, i;
   bool failed = false;
 
@@ -380,6 +484,8 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
   if (wait && !populator_sleep (rb, wait))
     return c;
 
+  if (!rb->slotted && ps->last_bps <= BOUNCE_BPS)
+    bounce = bounce_get (ps, bytes, k);
   for (i = 0; i < k; i++) {
     uint64_t off = rbi_chunk_offset (rb, runs[i][0]);
     nodes[i] = (struct rl_node) {
@@ -387,24 +493,41 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
       .kind = RL_LOAD,
     };
   }
-  rangelock_acquire_batch (&rb->rl, nodes, k);
-  for (i = 0; i < k; i++) {
-    uint64_t off = nodes[i].start;
+  if (bounce) {
+    uint64_t pos = 0;
 
-    /* A demand load may have got here first: load only what is still
-     * EMPTY, which under the range means exactly the leading run.
-     */
-    runs[i][1] = empty_run (rb, runs[i][0], runs[i][1]);
-    ios[i] = (struct rb_io) {
-      .op = RB_IO_READ, .buf = rb->ram.base + off,
-      .count = rbi_chunks_bytes (rb, runs[i][0], runs[i][1]), .offset = off,
-    };
+    for (i = 0; i < k; i++) {
+      pos = ((pos + BOUNCE_ALIGN - 1) & ~(BOUNCE_ALIGN - 1)) +
+        (nodes[i].start & (BOUNCE_ALIGN - 1));
+      ios[i] = (struct rb_io) {
+        .op = RB_IO_READ, .buf = bounce + pos, .offset = nodes[i].start,
+        .count = nodes[i].end - nodes[i].start,
+      };
+      pos += ios[i].count;
+    }
+    rb->store->ops->submit (rb->store, ios, k);
+    rangelock_acquire_batch (&rb->rl, nodes, k);
   }
-  /* Drop runs that turned out empty (count 0) from the submission. */
-  {
+  else {
     struct rb_io sub[BATCH_IOS];
     size_t map[BATCH_IOS], m = 0;
 
+    rangelock_acquire_batch (&rb->rl, nodes, k);
+    for (i = 0; i < k; i++) {
+      uint64_t off = nodes[i].start;
+
+      /* A demand load may have got here first: load only what is
+       * still EMPTY, which under the range means exactly the leading
+       * run.
+       */
+      runs[i][1] = empty_run (rb, runs[i][0], runs[i][1]);
+      ios[i] = (struct rb_io) {
+        .op = RB_IO_READ, .buf = rb->ram.base + off,
+        .count = rbi_chunks_bytes (rb, runs[i][0], runs[i][1]),
+        .offset = off,
+      };
+    }
+    /* Drop runs that turned out empty (count 0) from the submission. */
     for (i = 0; i < k; i++)
       if (runs[i][1] > 0) {
         map[m] = i;
@@ -424,18 +547,26 @@ load_batch (struct rb *rb, uint64_t c, uint64_t limit, uint64_t budget)
       failed = true;
     }
     else if (runs[i][1] > 0) {
-      chunkmap_move (&rb->map, runs[i][0], runs[i][1], CS_BIT (CS_EMPTY),
-                     CS_CLEAN, NULL);
-      rb_atomic_add (&rb->loaded_bytes, ios[i].count);
-      bytes += ios[i].count;
+      uint64_t got = ios[i].count;
+
+      if (bounce)
+        got = copy_in (rb, runs[i][0], runs[i][1], ios[i].buf);
+      else
+        chunkmap_move (&rb->map, runs[i][0], runs[i][1], CS_BIT (CS_EMPTY),
+                       CS_CLEAN, NULL);
+      rb_atomic_add (&rb->loaded_bytes, got);
+      bytes += got;
+      read += ios[i].count;
     }
     rangelock_release (&rb->rl, &nodes[i]);
   }
-  if (bytes) {
+  if (read) {
     uint64_t elapsed = rb_now_ns () - t0;
     if (rb->populate_rate.bps)
-      elapsed = RB_MAX (elapsed, rbi_rate_ns (bytes, rb->populate_rate.bps));
-    rbi_bw_sample (&rb->populate_bw, bytes, elapsed);
+      elapsed = RB_MAX (elapsed, rbi_rate_ns (read, rb->populate_rate.bps));
+    rbi_bw_sample (&rb->populate_bw, read, elapsed);
+    ps->last_bytes = read;
+    ps->last_bps = read * UINT64_C (1000000000) / RB_MAX (elapsed, UINT64_C (1));
   }
   rbi_check_populated (rb);
   return failed ? c : next;
@@ -445,6 +576,14 @@ void
 rbi_populator_state_init (struct rb_populator_state *ps)
 {
   *ps = (struct rb_populator_state) { .backoff = BACKOFF_MIN_MS };
+}
+
+void
+rbi_populator_state_fini (struct rb_populator_state *ps)
+{
+  rb_free (ps->bounce);
+  ps->bounce = NULL;
+  ps->bounce_size = 0;
 }
 
 /* One populate pass: mark a hole, or load a batch.  Returns the delay
@@ -494,8 +633,8 @@ populate_step (struct rb *rb, struct rb_populator_state *ps, bool yielding,
     ps->c += n;
     return 0;
   }
-  next = load_batch (rb, ps->c, RB_MAX (data_end, ps->c + 1),
-                     RB_MIN (batch_budget (rb, yielding),
+  next = load_batch (rb, ps, ps->c, RB_MAX (data_end, ps->c + 1),
+                     RB_MIN (batch_budget (rb, ps, yielding),
                              max_chunks << rb->chunk_shift));
   if (next == ps->c) {          /* failed: back off, then retry */
     uint64_t delay = ps->backoff * 1000000;
@@ -521,7 +660,7 @@ rbi_populate_step (struct rb *rb, struct rb_populator_state *ps)
 
   if (!rb->slotted)
     return populate_step (rb, ps, yielding, UINT64_MAX >> rb->chunk_shift);
-  got = rbi_slots_try_reserve (rb, RB_MAX (batch_budget (rb, yielding) >>
+  got = rbi_slots_try_reserve (rb, RB_MAX (batch_budget (rb, ps, yielding) >>
                                            rb->chunk_shift, UINT64_C (1))
                                << per_chunk);
   if (got >> per_chunk == 0) {
@@ -559,6 +698,7 @@ populator_main (void *arg)
     if (delay && !populator_sleep (rb, delay))
       break;
   }
+  rbi_populator_state_fini (&ps);
   rbi_check_populated (rb);
   return NULL;
 }

@@ -60,6 +60,21 @@
  * to clear instead would wait for good (every resident chunk clean
  * with NB, nothing to write back or sync).
  *
+ * With journal=, CLEAN is not enough: a chunk is CLEAN from its
+ * transaction's commit point on, before it is captured, committed, and
+ * written in place and synced; until then the journal holds it
+ * (jops->holds, counted per chunk in txn.c) and it is kept.  The
+ * journal's applier, not the flusher, then wakes the reservers and
+ * trims what is over the budget.  And a write goes into RAM whole
+ * (io.c, slotted_journal_write), so that a commit point never falls
+ * between two pieces of it: it reserves for all its chunks, then takes
+ * the journal's gate once.  The gate comes after the slots in the lock
+ * order: a reserver may wait for a commit point, which takes the gate
+ * exclusively, and nobody waits for slots inside the gate.  So that
+ * the reservation can always be met, a request spans at most the slots
+ * beyond the dirty limit (rbi_slots_journal_fit: the rest may be dirty
+ * or held, and only the journal frees them).
+ *
  * A victim not synced yet is kept, and the search goes on, for a
  * bounded number of steps (evict_some): sync_lock is the victim's
  * only, so the sync that would free it can run meanwhile.
@@ -78,8 +93,9 @@
  * ram-size= (rbi_recompute_limit), so that reads find clean chunks to
  * evict while write back catches up.
  *
- * Lock order: slot_lock, sync_lock, a range, rb->lock.  Nothing that
- * holds a range or sync_lock takes slot_lock.
+ * Lock order: slot_lock, sync_lock, a range, rb->lock; a reservation
+ * is taken before the journal's gate, and the gate before a range.
+ * Nothing that holds a range, sync_lock or the gate takes slot_lock.
  */
 
 #include "env.h"
@@ -91,6 +107,24 @@
 #define ACTIVE_SHARE_NUM 3
 #define ACTIVE_SHARE_DEN 4
 #define SUSPECT_WAIT_NS (100 * UINT64_C (1000000))
+
+/* With journal= a request goes into RAM whole (io.c), its slots
+ * reserved for all of it at once: it must fit beside the dirty data
+ * (and the chunks of transactions not in place), which the dirty limit
+ * bounds and eviction cannot touch, and in the journal.  A request of
+ * write_max bytes spans at most write_max_chunks chunks wherever it
+ * starts (one more than its length in chunks).
+ */
+static uint64_t
+journal_room (const struct rb *rb)
+{
+  uint64_t nslots = rb->cfg.ram_size >> rb->chunk_shift;
+  uint64_t dirty = rb->cfg.dirty_max ? rb->cfg.dirty_max
+    : (nslots << rb->chunk_shift) / 2;  /* rbi_recompute_limit */
+  uint64_t dchunks = (dirty + rb->chunk_size - 1) >> rb->chunk_shift;
+
+  return nslots > dchunks ? nslots - dchunks : 0;
+}
 
 int
 rbi_slots_check (const struct rb *rb)
@@ -118,15 +152,6 @@ rbi_slots_check (const struct rb *rb)
                   (uint64_t) RB_MIN_SLOTS << rb->chunk_shift);
     return -1;
   }
-  if (rb->cfg.journal) {
-    rb_set_error (EINVAL, "ram-size=%" PRIu64 " (smaller than the %" PRIu64
-                  "-byte device) does not work with journal= yet: a chunk "
-                  "in a transaction not yet applied could be evicted and "
-                  "read back stale from the backing store; drop journal= "
-                  "or give ram-size= of at least the device size", ram,
-                  rb->size);
-    return -1;
-  }
   if (rb->cfg.dirty_max >= ram) {
     rb_set_error (EINVAL, "dirty-max=%" PRIu64 " must be smaller than "
                   "ram-size=%" PRIu64 " (dirty chunks stay in RAM until "
@@ -135,6 +160,38 @@ rbi_slots_check (const struct rb *rb)
                   rb->cfg.dirty_max, ram);
     return -1;
   }
+  if (rb->cfg.journal && journal_room (rb) < 2) {
+    rb_set_error (EINVAL, "journal= with ram-size=%" PRIu64 ": a request "
+                  "goes into RAM whole, and room for only %" PRIu64
+                  " chunk(s) of %" PRIu32 " bytes is left beside dirty-max=%"
+                  PRIu64 ", too few for a request of one chunk at any "
+                  "offset: give a larger ram-size=, a smaller dirty-max= or "
+                  "a smaller chunk=", ram, journal_room (rb), rb->chunk_size,
+                  rb->cfg.dirty_max);
+    return -1;
+  }
+  return 0;
+}
+
+int
+rbi_slots_journal_fit (struct rb *rb)
+{
+  uint64_t jmax = rbi_txn_max_chunks (rb);
+  uint64_t n = RB_MIN (journal_room (rb), jmax);
+
+  if (n < 2) {
+    rb_set_error (EINVAL, "journal=%s holds transactions of only %" PRIu64
+                  " chunk(s) of %" PRIu32 " bytes, too few for a request of "
+                  "one chunk at any offset: use a larger journal or a "
+                  "smaller chunk=", rb->cfg.journal, jmax, rb->chunk_size);
+    return -1;
+  }
+  rb->write_max_chunks = n;
+  rb->write_max = RB_MIN ((n - 1) << rb->chunk_shift,
+                          (uint64_t) UINT32_MAX >> rb->chunk_shift
+                          << rb->chunk_shift);
+  rb_log ("journal= with ram-size=: requests of up to %" PRIu64 " bytes "
+          "(%" PRIu64 " chunks at most)", rb->write_max, n);
   return 0;
 }
 
@@ -211,13 +268,17 @@ is_resident (void *opaque, uint64_t c)
   return chunkmap_get (&rb->map, c) != CS_EMPTY;
 }
 
-/* The policy's pre-check, without the range (rechecked under it). */
+/* The policy's pre-check, without the range (rechecked under it).  With
+ * journal=, a CLEAN chunk may still be in a transaction not in place
+ * yet (txn.c): the state first, then the journal's count.
+ */
 static bool
 may_evict (void *opaque, uint64_t c)
 {
   struct rb *rb = opaque;
 
-  return chunkmap_get (&rb->map, c) == CS_CLEAN;
+  return chunkmap_get (&rb->map, c) == CS_CLEAN &&
+    !(rb->jops && rb->jops->holds (rb, c));
 }
 
 /* Does [off, off+len) overlap a write not synced yet?  rb->lock held. */
@@ -352,7 +413,10 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
     }
     /* Every resident chunk is dirty or not synced yet: write back. */
     rb_atomic_add (&rb->slot_waits, 1);
-    rbi_flusher_hurry (rb);
+    if (rb->jops)               /* a commit point, and in place now */
+      rb->jops->hurry (rb);
+    else
+      rbi_flusher_hurry (rb);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       /* The deadline only bounds a wait for a store's suspects

@@ -116,6 +116,22 @@
  * journal and the applier retries it, so nothing is lost.  FUA with
  * fsync=wait completes once it is committed in the journal.
  *
+ * With ram-size= smaller than the device (slots.c): a chunk taken at
+ * a commit point is CLEAN in RAM long before the backing store holds
+ * it: pending (RAM holds N's content, not captured yet), then in the
+ * journal only, then written in place but not synced.  Evicting it in
+ * any of these would capture zeroes, or read it back stale from the
+ * backing store.  So 'live' counts, per chunk, the transactions not yet
+ * in place and synced that hold it; the evictor keeps a chunk while it
+ * is not zero (txn_holds).  The count rises before the chunk moves to
+ * CLEAN (under the gate held exclusively) and falls once apply_list
+ * has synced the store; the evictor, holding the chunk's range (no
+ * writer can make it DIRTY again, so no commit point can take it),
+ * reads the state first, then the count (all seq_cst): if it sees the
+ * CLEAN of a commit point it sees that commit's count too.  When they
+ * fall, the applier wakes the reservers and evicts what is over the
+ * budget (rbi_slots_trim), as the flusher does after its sync.
+ *
  * With ram= (resume.c): a chunk's NB bit is set before it moves to
  * CLEAN at the commit point, and retired once its transaction is
  * committed in the journal (a start replays the journal onto the
@@ -250,6 +266,9 @@ struct rb_txns {
   uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
 
   uint64_t *seen;               /* [applier] per sector */
+  uint32_t *live;               /* [atomic] per chunk, with ram-size=
+                                   only (NULL without): transactions
+                                   not in place and synced holding it */
 };
 
 static bool
@@ -388,7 +407,12 @@ rbi_txn_open (struct rb *rb)
   t->pending = calloc (words, sizeof (uint64_t));
   t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
-  if (t->pending == NULL || t->seen == NULL) {
+  /* ram-size= smaller than the device (rbi_slots_init, later). */
+  if (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size)
+    t->live = calloc (rb->nchunks, sizeof *t->live);
+  if (t->pending == NULL || t->seen == NULL ||
+      (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size &&
+       t->live == NULL)) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
   }
@@ -464,6 +488,15 @@ rbi_txn_check_fit (struct rb *rb)
   return 0;
 }
 
+uint64_t
+rbi_txn_max_chunks (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  return t->capacity > RBJ_TXN_FIXED
+    ? (t->capacity - RBJ_TXN_FIXED) / t->per_chunk : 0;
+}
+
 void
 rbi_txn_close (struct rb *rb, bool clean)
 {
@@ -488,6 +521,7 @@ rbi_txn_close (struct rb *rb, bool clean)
   rb_cond_destroy (&t->applier_cond);
   free (t->pending);
   free (t->seen);
+  free (t->live);
   free (t);
   rb->txns = NULL;
 }
@@ -847,6 +881,9 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
 
     if (rb->nb)
       rbi_nb_set (rb, r->first, r->n);
+    if (pend && t->live)        /* before CLEAN: see the top */
+      for (c = r->first; c < r->first + r->n; c++)
+        rb_atomic_add (&t->live[c], 1);
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -1470,6 +1507,18 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
   return 0;
 }
 
+/* x is in place and synced: its chunks' counts fall (see the top). */
+static void
+live_drop (struct rb_txns *t, const struct txn *x)
+{
+  size_t i;
+  uint64_t c;
+
+  for (i = 0; i < x->ncruns; i++)
+    for (c = x->cruns[i].first; c < x->cruns[i].first + x->cruns[i].n; c++)
+      rb_atomic_sub (&t->live[c], 1);
+}
+
 /* Write a list of committed transactions in place, sync, retire them.
  * Retries (with backoff) until the backing store takes it.
  */
@@ -1528,6 +1577,8 @@ apply_list (struct rb *rb, struct txn *list)
   for (x = list; x; x = next) {
     next = x->next;
     if (x->jlen) {
+      if (t->live)              /* in place and synced: may be evicted */
+        live_drop (t, x);
       rbj_retire (t->j, x->seq, x->jstart, x->jlen);
       rb_atomic_sub (&t->jused, x->jlen);
       rb_atomic_sub (&rb->inflight_chunks, x->chunks);
@@ -1536,6 +1587,9 @@ apply_list (struct rb *rb, struct txn *list)
     txn_free (rb->txns, x);
   }
   rbi_recompute_limit (rb);
+  /* ram-size=: what is in place and synced may leave RAM now. */
+  rbi_slots_notify (rb);
+  rbi_slots_trim (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
   if (target > t->applied_target)
     t->applied_target = target;
@@ -1560,6 +1614,10 @@ applier_main (void *arg)
   struct rb *rb = arg;
   struct rb_txns *t = rb->txns;
 
+  /* A resumed ram= image over ram-size=: its clean chunks equal the
+   * store (the journal was replayed onto it at open).
+   */
+  rbi_slots_trim (rb);
   for (;;) {
     struct txn *list;
 
@@ -1685,6 +1743,14 @@ rbi_txn_stats (struct rb *rb, struct rb_stats *st)
   }
 }
 
+static bool
+txn_holds (struct rb *rb, uint64_t c)
+{
+  struct rb_txns *t = rb->txns;
+
+  return t->live && rb_atomic_load (&t->live[c]) != 0;
+}
+
 static const struct rb_journal_ops journal_ops = {
   .start = txn_start,
   .stop = txn_stop,
@@ -1694,4 +1760,5 @@ static const struct rb_journal_ops journal_ops = {
   .sync = txn_sync,
   .hurry = txn_hurry,
   .wait_applied = txn_wait_applied,
+  .holds = txn_holds,
 };

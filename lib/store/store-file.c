@@ -23,13 +23,14 @@
  * read back as errors on older kernels); tmpfs, NFS, FUSE and the like
  * stay buffered.  The alignment used is at least the page size, so a
  * direct request covers whole pages that no other request in flight
- * touches (the core never runs overlapping requests at once), and a
+ * touches (the core never runs overlapping requests at once, but for
+ * a populate read whose data it drops, store.h), and a
  * buffered head or tail of one request never shares a page with
  * another's direct part: direct and buffered I/O of the same page never
  * race.  A request whose buffer and offset are not equally aligned
  * goes buffered (the journal's records; every buffer of a data request
  * lies in the RAM image at the request's own offset, writethrough's
- * too); an aligned one goes direct for its aligned middle and
+ * too, or in populate's bounce buffer aligned alike); an aligned one goes direct for its aligned middle and
  * buffered for its head and tail.  If the file system refuses a direct request (EINVAL), the
  * request is redone buffered and direct I/O is off from then on.
  * Small writes (under DIRECT_MIN_WRITE: the sector-sized write back of

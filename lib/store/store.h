@@ -12,7 +12,10 @@
  * several threads at once (application threads doing writethrough or
  * demand loads, the flusher, the populator).  Each implementation must be
  * thread-safe.  The core guarantees that two requests in flight at the
- * same time never overlap unless both are reads.
+ * same time never overlap unless both are reads, or one is a populate
+ * read into its bounce buffer (populate.c), whose data is not used for
+ * a chunk that a write reached meanwhile: such a read may return the
+ * old bytes, the new, or a mix, and must not disturb the write.
  *
  * Errors: each op returns 0 on success, or -1 with errno set and a
  * message recorded with rb_set_error() (error.h).

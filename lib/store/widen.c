@@ -18,7 +18,8 @@
  * the same copy, and it is written once, so neither undoes the other.
  *
  * Why read-modify-write is safe here: the core never has two requests
- * in flight that overlap unless both are reads (store.h), it holds its
+ * in flight that overlap unless both are reads or one is a populate
+ * read whose data it drops (store.h: a read changes nothing), it holds its
  * range over whole chunks, and the chunk size is a multiple of the
  * minimum block (rb_open refuses anything else), so the blocks read
  * and written back lie inside chunks no other request touches meanwhile.
