@@ -448,6 +448,33 @@ run_concurrent (bool populate_race)
   g_rand_free (r);
 }
 
+/* ram-size= tests: a read of [off, off+len) that must match the model. */
+static void
+read_model (struct rb *rb, const uint8_t *model, uint8_t *buf, uint32_t len,
+            uint64_t off)
+{
+  g_assert_cmpint (rb_pread (rb, buf, len, off), ==, 0);
+  g_assert_true (memcmp (buf, model + off, len) == 0);
+}
+
+/* The end of a ram-size= test: past the budget, chunks went and what
+ * is resident fits; the file is the model after close.
+ */
+static void
+budget_close (struct rb *rb, char *path, uint8_t *model, size_t size)
+{
+  struct rb_stats st;
+
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.evictions, >, 0);
+  g_assert_cmpuint (st.resident_bytes, <=, st.ram_size);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  assert_file_equals (path, model, size);
+  unlink (path);
+  g_free (path);
+  g_free (model);
+}
+
 /* ram-size= with partial chunks: a chunk loaded in part is resident
  * (it holds the sectors loaded), so another read of its loaded sectors
  * is a hit: it reserves nothing and evicts nothing, and a miss on
@@ -525,19 +552,9 @@ test_partial_hits (void)
   /* Whole chunks not in RAM, a budget's worth: now something goes. */
   g_free (buf);
   buf = g_malloc (chunk);
-  for (k = 48; k < 64; k++) {
-    g_assert_cmpint (rb_pread (rb, buf, chunk, k * chunk), ==, 0);
-    g_assert_true (memcmp (buf, model + k * chunk, chunk) == 0);
-  }
-  rb_get_stats (rb, &st);
-  g_assert_cmpuint (st.evictions, >, 0);
-  g_assert_cmpuint (st.resident_bytes, <=, st.ram_size);
-
-  g_assert_cmpint (rb_close (rb), ==, 0);
-  assert_file_equals (path, model, size);
-  unlink (path);
-  g_free (path);
-  g_free (model);
+  for (k = 48; k < 64; k++)
+    read_model (rb, model, buf, chunk, k * chunk);
+  budget_close (rb, path, model, size);
   g_free (buf);
   g_rand_free (r);
 }
@@ -564,10 +581,8 @@ test_sector_budget (void)
   ts_fill_random (r, model, size);
   write_file (path, model, size);
   rb = open_rb (path, chunk, ram_size_16_chunks);
-  for (k = 0; k < 200; k++) {
-    g_assert_cmpint (rb_pread (rb, buf, 4096, k * chunk + 8192), ==, 0);
-    g_assert_true (memcmp (buf, model + k * chunk + 8192, 4096) == 0);
-  }
+  for (k = 0; k < 200; k++)
+    read_model (rb, model, buf, 4096, k * chunk + 8192);
   rb_get_stats (rb, &st);
   if (st.evictions != 0 || st.resident_bytes != 200 * 4096)
     g_error ("one sector of each of 200 chunks with a budget of 256 "
@@ -601,19 +616,9 @@ test_sector_budget (void)
   g_assert_cmpuint (st.evictions, >, 0);
 
   /* 150 more chunks, a sector each: past the budget, chunks go. */
-  for (k = 200; k < 350; k++) {
-    g_assert_cmpint (rb_pread (rb, buf, 4096, k * chunk), ==, 0);
-    g_assert_true (memcmp (buf, model + k * chunk, 4096) == 0);
-  }
-  rb_get_stats (rb, &st);
-  g_assert_cmpuint (st.evictions, >, 0);
-  g_assert_cmpuint (st.resident_bytes, <=, st.ram_size);
-
-  g_assert_cmpint (rb_close (rb), ==, 0);
-  assert_file_equals (path, model, size);
-  unlink (path);
-  g_free (path);
-  g_free (model);
+  for (k = 200; k < 350; k++)
+    read_model (rb, model, buf, 4096, k * chunk);
+  budget_close (rb, path, model, size);
   g_free (buf);
   g_rand_free (r);
 }

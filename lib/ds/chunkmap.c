@@ -298,19 +298,6 @@ clear_valid (struct chunkmap *cm, uint64_t c)
 
 static void valid_chunk (struct chunkmap *cm, uint64_t c);
 
-/* Without partial chunks from before: the chunks loaded already (a
- * resumed map from an image without V bits) are whole.
- */
-static void
-resident_whole (struct chunkmap *cm)
-{
-  uint64_t c;
-
-  for (c = 0; c < cm->nchunks; c++)
-    if (chunkmap_get (cm, c) != CS_EMPTY)
-      valid_chunk (cm, c);
-}
-
 /* A resumed image: V is what RAM holds.  An EMPTY chunk holds nothing
  * (never trusted: a crash in the middle of an eviction leaves its V
  * bits), a whole one every sector (an image written before whole
@@ -372,10 +359,8 @@ chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
   cm->npartial = 0;
   cm->nsect = nsect;
   cm->resident = 0;
-  if (!existing) {
-    resident_whole (cm);
+  if (!existing)                /* a new map: every chunk EMPTY */
     return 0;
-  }
   for (w = 0; w < npw; w++) {
     uint64_t b = cm->part[w];
     while (b) {

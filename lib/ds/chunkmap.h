@@ -187,8 +187,10 @@ extern int chunkmap_init_sectors (struct chunkmap *cm,
  * (nchunks + 63) / 64 words, 'valid': as many as the sector bits), or
  * allocated if part is NULL.  existing: they hold P and V from before
  * (a resumed image): kept, except that EMPTY chunks lose theirs (an
- * EMPTY chunk is never trusted); else they are cleared.  nsect: the
- * device's sectors (the last chunk may have fewer).
+ * EMPTY chunk is never trusted), whole chunks get every V bit, and the
+ * resident sectors are counted again; else they are cleared (every
+ * chunk must be EMPTY then).  nsect: the device's sectors (the last
+ * chunk may have fewer).
  */
 extern int chunkmap_init_partial (struct chunkmap *cm, uint64_t *part,
                                   uint64_t *valid, bool existing,
