@@ -96,6 +96,8 @@ struct rb_populator_state {
    * before the first; the next batch is sized from them (populate.c).
    */
   uint64_t last_bytes, last_bps;
+  uint64_t rtt_ns;              /* the quickest batch so far: about a
+                                   round trip of the store */
   void *bounce;                 /* reads land here first (populate.c) */
   uint64_t bounce_size;
 };

@@ -750,6 +750,39 @@ random_store (GRand *r, size_t size, uint8_t **model)
   return ts_new (size, *model);
 }
 
+/* A store whose round trip (150 ms) is longer than the time populate
+ * aims a batch at (BATCH_NS, 100 ms of the link): a batch's time is
+ * then the round trip, not its bytes, and sized from that bandwidth
+ * each batch would be half the last, down to one chunk per round trip
+ * (8 MiB in 64K chunks: about 128 round trips, 20 s).  It must grow.
+ */
+static void
+test_populate_far_store (void)
+{
+  size_t size = 8 * MiB;
+  uint8_t *model, *buf = g_malloc (size);
+  GRand *r = g_rand_new_with_seed (41);
+  struct tstore *ts = random_store (r, size, &model);
+  struct ts_match reads = { .ops = TS_READ };
+  struct rb *rb;
+  size_t n;
+
+  ts_read_latency (ts, 150);
+  rb = open_ts (ts, 65536, false);
+  n = ts_count (ts, &reads);
+  if (n > 24)
+    g_error ("populate of %zu chunks from a store 150 ms away took %zu "
+             "reads (want at most 24): its batches shrank to the round "
+             "trip", size / 65536, n);
+  g_assert_cmpint (rb_pread (rb, buf, size, 0), ==, 0);
+  g_assert_true (memcmp (buf, model, size) == 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_free (ts);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
 static void
 test_fsyncgate (void)
 {
@@ -1052,6 +1085,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/core/sector-budget", test_sector_budget);
   g_test_add_func ("/core/toggle", test_toggle);
   g_test_add_func ("/core/populate-race", test_populate_race);
+  g_test_add_func ("/core/populate-far-store", test_populate_far_store);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);
   g_test_add_func ("/core/fsyncgate", test_fsyncgate);
   g_test_add_func ("/core/writethrough-write-fails",

@@ -41,6 +41,7 @@ struct tstore {
   uint8_t *pending, *durable;
   bool holes;                   /* next_data reports holes */
   int fail_writes, fail_syncs;
+  unsigned read_latency_ms;     /* [atomic] ts_read_latency */
   bool flushing;                /* a flush is in progress */
   GArray *log;                  /* struct ts_rec, in arrival order */
   uint64_t clock;               /* arrivals and completions */
@@ -195,6 +196,15 @@ ts_submit (struct rb_store *s, struct rb_io *ios, size_t n)
   for (i = 0; i < n; i++)
     if (ios[i].op == RB_IO_WRITE)
       cap[i] = g_memdup2 (ios[i].buf, ios[i].count);
+  /* A store far away: one round trip for the reads of a batch. */
+  for (i = 0; i < n; i++)
+    if (ios[i].op == RB_IO_READ) {
+      unsigned ms = __atomic_load_n (&ts->read_latency_ms, __ATOMIC_SEQ_CST);
+
+      if (ms)
+        g_usleep (ms * G_USEC_PER_SEC / 1000);
+      break;
+    }
 
   pthread_mutex_lock (&ts->lock);
   for (i = 0; i < n; i++) {
@@ -392,6 +402,12 @@ ts_fail_writes (struct tstore *ts, int n)
   pthread_mutex_lock (&ts->lock);
   ts->fail_writes = n;
   pthread_mutex_unlock (&ts->lock);
+}
+
+void
+ts_read_latency (struct tstore *ts, unsigned ms)
+{
+  __atomic_store_n (&ts->read_latency_ms, ms, __ATOMIC_SEQ_CST);
 }
 
 void

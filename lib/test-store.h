@@ -123,6 +123,11 @@ extern void ts_set_tag (const char *tag);
 
 /* The next n writes and zeroes fail with EIO (-1: all, until 0). */
 extern void ts_fail_writes (struct tstore *ts, int n);
+/* From now on every submit with a read in it waits ms milliseconds
+ * before it is served, as a store far away does (one round trip per
+ * batch: its requests run in parallel).
+ */
+extern void ts_read_latency (struct tstore *ts, unsigned ms);
 /* The next n flushes that have something unsynced fail. */
 extern void ts_fail_syncs (struct tstore *ts, int n);
 

@@ -35,7 +35,9 @@
  * thread).  So:
  *   - a batch is the only populate I/O in flight, and it is sized from
  *     the last batch's own bandwidth (not a long average: when the link
- *     slows, the next batch follows at once) and grows at most twofold
+ *     slows, the next batch follows at once), counted over the time
+ *     beyond the quickest batch so far (a round trip, which a store
+ *     far away can make longer than BATCH_NS), and grows at most twofold
  *     from one batch to the next (a slow start from BATCH_FIRST): at
  *     most about BATCH_NS of the link, and YIELD_BATCH_NS while clients
  *     miss;
@@ -561,12 +563,25 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
     rangelock_release (&rb->rl, &nodes[i]);
   }
   if (read) {
-    uint64_t elapsed = rb_now_ns () - t0;
+    uint64_t took = rb_now_ns () - t0, elapsed = took, moving;
+
     if (rb->populate_rate.bps)
       elapsed = RB_MAX (elapsed, rbi_rate_ns (read, rb->populate_rate.bps));
     rbi_bw_sample (&rb->populate_bw, read, elapsed);
+    /* The link's bandwidth for the next batch: the time the bytes took
+     * beyond the quickest batch so far (about a round trip).  Over a
+     * store whose round trip is longer than BATCH_NS, a batch's own
+     * bandwidth would size each batch at half the last, down to one
+     * chunk per round trip; a batch no slower than the round trip says
+     * only that the link can take more (twice as much, the cap).
+     */
+    if (ps->rtt_ns == 0 || took < ps->rtt_ns)
+      ps->rtt_ns = took;
+    moving = RB_MAX (took - ps->rtt_ns, took / 16);
     ps->last_bytes = read;
-    ps->last_bps = read * UINT64_C (1000000000) / RB_MAX (elapsed, UINT64_C (1));
+    ps->last_bps = read * UINT64_C (1000000000) / RB_MAX (moving, UINT64_C (1));
+    if (rb->populate_rate.bps)
+      ps->last_bps = RB_MIN (ps->last_bps, rb->populate_rate.bps);
   }
   rbi_check_populated (rb);
   return failed ? c : next;
