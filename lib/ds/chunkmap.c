@@ -483,6 +483,24 @@ chunkmap_invalid (const struct chunkmap *cm, uint64_t s, unsigned n)
   return chunkmap_get (cm, c) == CS_EMPTY ? all : 0;
 }
 
+uint64_t
+chunkmap_count_invalid (const struct chunkmap *cm, uint64_t s, uint64_t s1,
+                        uint64_t max)
+{
+  unsigned shift = cm->sect_per_chunk_shift;
+  uint64_t n = 0;
+
+  while (s <= s1 && n < max) {
+    uint64_t next_chunk = ((s >> shift) + 1) << shift;
+    unsigned k = RB_MIN_U (RB_MIN_U (s1 + 1, next_chunk) - s,
+                           (uint64_t) 64 - s % 64);
+
+    n += (uint64_t) rb_popcount64 (chunkmap_invalid (cm, s, k));
+    s += k;
+  }
+  return n;
+}
+
 bool
 chunkmap_complete (struct chunkmap *cm, uint64_t c)
 {

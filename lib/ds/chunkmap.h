@@ -242,6 +242,14 @@ extern uint64_t chunkmap_valid_bits (const struct chunkmap *cm, uint64_t s,
 extern uint64_t chunkmap_invalid (const struct chunkmap *cm, uint64_t s,
                                   unsigned n);
 
+/* chunkmap_invalid over sectors [s, s1], any number of chunks: how
+ * many are not valid, counted up to max (the walk stops there; max 1
+ * asks whether any is).  A hint without a range over them.
+ */
+extern uint64_t chunkmap_count_invalid (const struct chunkmap *cm,
+                                        uint64_t s, uint64_t s1,
+                                        uint64_t max);
+
 /* If partial chunk c has every V bit, it is whole now: clear P.
  * Returns true if c is whole (or was).
  */

@@ -636,25 +636,13 @@ reserve_piece (struct rb *rb, uint64_t off, uint64_t end, uint64_t *n)
 static bool
 all_valid (struct rb *rb, uint64_t off, uint64_t end)
 {
-  unsigned shift = rb->map.sect_per_chunk_shift;
-  uint64_t s, s1;
-
   if (!sectored (rb)) {
     uint64_t c0 = rbi_chunk_of (rb, off), c1 = rbi_chunk_of (rb, end - 1);
 
     return chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_LOADED);
   }
-  s = off >> rb->sector_shift;
-  s1 = (end - 1) >> rb->sector_shift;
-  while (s <= s1) {
-    uint64_t next_chunk = ((s >> shift) + 1) << shift;
-    unsigned n = RB_MIN (RB_MIN (s1 + 1, next_chunk) - s, 64 - s % 64);
-
-    if (chunkmap_invalid (&rb->map, s, n))
-      return false;
-    s += n;
-  }
-  return true;
+  return chunkmap_count_invalid (&rb->map, off >> rb->sector_shift,
+                                 (end - 1) >> rb->sector_shift, 1) == 0;
 }
 
 /* Would write r load nothing: its chunks resident, and the sectors it

@@ -459,8 +459,7 @@ rbi_slots_unreserve (struct rb *rb, uint64_t n)
 uint64_t
 rbi_slots_missing (struct rb *rb, uint64_t off, uint64_t end)
 {
-  unsigned shift = rb->map.sect_per_chunk_shift;
-  uint64_t s, s1, n = 0, c;
+  uint64_t n = 0, c;
 
   if (off >= end)
     return 0;
@@ -469,16 +468,8 @@ rbi_slots_missing (struct rb *rb, uint64_t off, uint64_t end)
       n += chunkmap_get (&rb->map, c) == CS_EMPTY;
     return n;
   }
-  s = off >> rb->sector_shift;
-  s1 = (end - 1) >> rb->sector_shift;
-  while (s <= s1) {
-    uint64_t next_chunk = ((s >> shift) + 1) << shift;
-    unsigned k = RB_MIN (RB_MIN (s1 + 1, next_chunk) - s, 64 - s % 64);
-
-    n += (uint64_t) rb_popcount64 (chunkmap_invalid (&rb->map, s, k));
-    s += k;
-  }
-  return n;
+  return chunkmap_count_invalid (&rb->map, off >> rb->sector_shift,
+                                 (end - 1) >> rb->sector_shift, UINT64_MAX);
 }
 
 int
