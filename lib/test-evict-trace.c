@@ -10,8 +10,9 @@
  * sectors all valid is a hit and touches its chunk (evict_touch); any
  * other first reserves its missing sectors, evicting whole chunks when
  * the budget is short, in batches of nslots/64 more (slots.c, batch and
- * evict_some: two turns of the hand the normal way, then one
- * desperate; a chunk's weight its loaded sectors), then touches its chunk
+ * evict_some: the mean sectors of a resident chunk for the policy,
+ * two turns of the hand the normal way, then one desperate; a chunk's
+ * weight its loaded sectors), then touches its chunk
  * if it is still resident (io.c, miss) and loads.  Every chunk may be
  * evicted (clean and synced): which ones may not is test-evict.c's.
  *
@@ -158,6 +159,7 @@ evict_some (struct cache *k, uint64_t want)
   uint64_t steps = 2 * k->n;
   bool desperate = false;
 
+  k->ev.mean_w = k->resident_chunks ? k->used * 256 / k->resident_chunks : 0;
   while (k->used + want > k->nslots) {
     uint64_t c = evict_pick (&k->ev, &steps, desperate, weight,
                              evictable, k);
@@ -226,62 +228,76 @@ cmp_desc (const void *a, const void *b)
  */
 #define SCAN_EVERY(spc) (4 * (spc))
 
+static uint64_t
+mask_of (uint64_t n)
+{
+  return n == 64 ? UINT64_MAX : (UINT64_C (1) << n) - 1;
+}
+
+/* One zipf read of bs sectors (bs divides spc); a hit? */
+static bool
+zipf_read (struct cache *k, struct zipf *z, uint64_t bs, uint64_t *block)
+{
+  uint64_t b = zipf_next (z), s = b * bs;
+
+  if (block)
+    *block = b;
+  return cache_read (k, s / k->spc, mask_of (bs) << (s % k->spc));
+}
+
 static double
-scan (struct cache *k, struct zipf *z, bool by_sector)
+scan (struct cache *k, struct zipf *z, uint64_t bs, bool by_sector)
 {
   uint64_t zh = 0, zn = 0, c, i, j, spc = k->spc;
-  uint64_t all = spc == 64 ? UINT64_MAX : (UINT64_C (1) << spc) - 1;
 
   for (c = 0; c < k->n; c++) {
     if (by_sector)
       for (j = 0; j < spc; j++)
         cache_read (k, c, UINT64_C (1) << j);
     else
-      cache_read (k, c, all);
-    for (i = 0; i < SCAN_EVERY (spc); i++) {
-      uint64_t s = zipf_next (z);
-      zh += cache_read (k, s / spc, UINT64_C (1) << (s % spc));
+      cache_read (k, c, mask_of (spc));
+    for (i = 0; i < SCAN_EVERY (spc) / bs; i++) {
+      zh += zipf_read (k, z, bs, NULL);
       zn++;
     }
   }
   return (double) zh / (double) zn;
 }
 
+/* zipf reads of bs sectors over a device of chunks of spc sectors. */
 static void
-run (uint64_t spc, double theta, struct result *res)
+run (uint64_t spc, uint64_t bs, double theta, struct result *res)
 {
   struct cache k;
   struct zipf z;
-  uint32_t *count = g_new0 (uint32_t, SECTORS);
-  uint64_t i, top = 0, h0, m0;
+  uint64_t nb = SECTORS / bs;
+  uint32_t *count = g_new0 (uint32_t, nb);
+  uint64_t i, top = 0, h0, m0, b;
 
   cache_init (&k, SECTORS / spc, spc, SLOTS);
-  zipf_init (&z, SECTORS, theta, 42);
-  for (i = 0; i < WARM; i++) {
-    uint64_t s = zipf_next (&z);
-    cache_read (&k, s / spc, UINT64_C (1) << (s % spc));
-  }
+  zipf_init (&z, nb, theta, 42);
+  for (i = 0; i < WARM; i++)
+    zipf_read (&k, &z, bs, NULL);
   h0 = k.hits;
   m0 = k.misses;
   k.evictions = 0;
   for (i = 0; i < MEASURE; i++) {
-    uint64_t s = zipf_next (&z);
-    count[s]++;
-    cache_read (&k, s / spc, UINT64_C (1) << (s % spc));
+    zipf_read (&k, &z, bs, &b);
+    count[b]++;
   }
   res->hit = (double) (k.hits - h0) / (double) MEASURE;
   res->evict_per_miss = (double) k.evictions / (double) (k.misses - m0);
-  qsort (count, SECTORS, sizeof *count, cmp_desc);
-  for (i = 0; i < SLOTS; i++)
+  qsort (count, nb, sizeof *count, cmp_desc);
+  for (i = 0; i < SLOTS / bs; i++)
     top += count[i];
   res->lfu = (double) top / (double) MEASURE;
 
   /* The scan, from the start of the device: whole chunks (fio's 1 MiB
-   * reads), then again in 4 KiB reads (a chunk read 16 times in a row,
-   * as one burst).
+   * reads), then again in 4 KiB reads (a chunk read spc times in a
+   * row, as one burst).
    */
-  res->scan_hit = scan (&k, &z, false);
-  res->scan4k_hit = scan (&k, &z, true);
+  res->scan_hit = scan (&k, &z, bs, false);
+  res->scan4k_hit = scan (&k, &z, bs, true);
   g_assert_cmpuint (k.used, <=, k.nslots);
   g_free (count);
   cache_free (&k);
@@ -298,10 +314,10 @@ report (const char *what, uint64_t spc, double theta, const struct result *r)
                   r->evict_per_miss);
 }
 
-/* The bench's case: zipf 1.1, ram-size= an eighth of the device.  The
- * zipf hit ratio within 9 points of the bound with 64 KiB chunks (what
- * the chunks' granularity leaves, evict.h), 2 with 4 KiB ones, and at
- * least 90% of it kept during a scan of the whole device.
+/* The bench's case: zipf 1.1 4 KiB reads, ram-size= an eighth of the
+ * device.  The zipf hit ratio within 8 points of the bound with 64 KiB
+ * chunks (what the chunks' granularity leaves, evict.h), 2 with 4 KiB
+ * ones, and at least 90% of it kept during a scan of the whole device.
  */
 static void
 test_zipf (gconstpointer data)
@@ -309,34 +325,68 @@ test_zipf (gconstpointer data)
   uint64_t spc = GPOINTER_TO_UINT (data);
   struct result r;
 
-  run (spc, 1.1, &r);
+  run (spc, 1, 1.1, &r);
   report ("zipf", spc, 1.1, &r);
-  g_assert_cmpfloat (r.hit, >=, r.lfu - (spc > 1 ? 0.09 : 0.02));
+  g_assert_cmpfloat (r.hit, >=, r.lfu - (spc > 1 ? 0.08 : 0.02));
   g_assert_cmpfloat (r.scan_hit, >=, 0.9 * r.hit);
   g_assert_cmpfloat (r.scan4k_hit, >=, 0.9 * r.hit);
 }
 
-/* The table: several thetas, both chunk sizes. */
+/* Reads of whole 64 KiB chunks, every resident chunk the same weight:
+ * within 3 points of the bound (of the hottest chunks), as with 4 KiB
+ * chunks and reads.  A policy that weighs a chunk by its slots alone,
+ * not against the mean, ranks them the same but needs 16 times the
+ * hits to keep one: 0.802, 4.4 points under.
+ */
+static void
+test_whole_chunks (void)
+{
+  struct result r;
+
+  run (16, 16, 1.1, &r);
+  report ("zipf of whole chunks", 16, 1.1, &r);
+  g_assert_cmpfloat (r.hit, >=, r.lfu - 0.03);
+  g_assert_cmpfloat (r.scan_hit, >=, 0.9 * r.hit);
+  g_assert_cmpfloat (r.scan4k_hit, >=, 0.9 * r.hit);
+}
+
+/* The table: several thetas, both chunk sizes, then 256 KiB chunks
+ * and reads of whole 64 KiB chunks.
+ */
+static void
+row (uint64_t spc, uint64_t bs, double theta, const struct result *r)
+{
+  printf ("| %" PRIu64 "K | %" PRIu64 "K | %.1f | %.3f | %.3f | %.3f | %.3f "
+          "| %.3f | %.3f |\n", spc * 4, bs * 4, theta, r->hit, r->lfu,
+          r->hit / r->lfu, r->scan_hit, r->scan_hit / r->hit,
+          r->scan4k_hit / r->hit);
+  fflush (stdout);
+}
+
 static void
 table (void)
 {
   static const double thetas[] = { 0.8, 0.9, 1.1, 1.2, 1.4 };
-  static const uint64_t spcs[] = { 16, 1 };
+  static const struct { uint64_t spc, bs; double theta; } extra[] = {
+    { 64, 1, 1.1 }, { 16, 16, 1.1 }, { 16, 16, 0.9 },
+  };
   size_t i, j;
+  struct result r;
 
-  printf ("| chunk | zipf | hit | LFU bound | hit/LFU | during a scan "
-          "| kept | 4K scan kept |\n|---|---|---|---|---|---|---|---|\n");
-  for (j = 0; j < G_N_ELEMENTS (spcs); j++)
+  printf ("| chunk | read | zipf | hit | LFU bound | hit/LFU | during a scan "
+          "| kept | 4K scan kept |\n"
+          "|---|---|---|---|---|---|---|---|---|\n");
+  for (j = 0; j < 2; j++)
     for (i = 0; i < G_N_ELEMENTS (thetas); i++) {
-      struct result r;
+      uint64_t spc = j == 0 ? 16 : 1;
 
-      run (spcs[j], thetas[i], &r);
-      printf ("| %" PRIu64 "K | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f "
-              "| %.3f |\n",
-              spcs[j] * 4, thetas[i], r.hit, r.lfu, r.hit / r.lfu,
-              r.scan_hit, r.scan_hit / r.hit, r.scan4k_hit / r.hit);
-      fflush (stdout);
+      run (spc, 1, thetas[i], &r);
+      row (spc, 1, thetas[i], &r);
     }
+  for (i = 0; i < G_N_ELEMENTS (extra); i++) {
+    run (extra[i].spc, extra[i].bs, extra[i].theta, &r);
+    row (extra[i].spc, extra[i].bs, extra[i].theta, &r);
+  }
 }
 
 int
@@ -353,5 +403,6 @@ main (int argc, char *argv[])
                         test_zipf);
   g_test_add_data_func ("/evict-trace/zipf-4k", GUINT_TO_POINTER (1),
                         test_zipf);
+  g_test_add_func ("/evict-trace/zipf-64k-reads", test_whole_chunks);
   return g_test_run ();
 }

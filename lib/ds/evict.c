@@ -34,6 +34,19 @@ evict_forget (struct evict *ev, uint64_t c)
   rb_atomic_and (&ev->flags[c], ~(uint32_t) EV_HITS_MASK);
 }
 
+/* What a hit on a chunk of w slots is worth: 256 (mean / w)^4, mean
+ * the caller's mean slots a chunk (256ths, evict.h), at most
+ * EV_SCORE_MAX.  The ratio is capped at 256: no product overflows.
+ */
+static uint64_t
+weight_factor (uint64_t mean_w, uint64_t w)
+{
+  uint64_t q = EV_MIN ((mean_w ? mean_w : 256) / w, (uint64_t) 256 * 256);
+
+  q = q * q >> 8;
+  return EV_MIN (q * q >> 8, (uint64_t) EV_SCORE_MAX);
+}
+
 /* The hand at chunk c, which holds w slots (0: not resident): its
  * score ages, and takes the hits since the last pass, per slot; is it
  * the victim?
@@ -50,9 +63,9 @@ visit (struct evict *ev, uint64_t c, uint64_t w, bool desperate,
     return false;
   ns = s - s / 4 - (s > 0);
   if (w > 0 && h > 0) {
-    ns = (uint32_t) EV_MIN ((uint64_t) ns +
-                            ((uint64_t) h << EV_SCORE_UNIT) / w,
-                            (uint64_t) EV_SCORE_MAX);
+    uint64_t inc = h * weight_factor (ev->mean_w, w);
+
+    ns = (uint32_t) EV_MIN ((uint64_t) ns + inc, (uint64_t) EV_SCORE_MAX);
     if (s == 0)                 /* one burst is not reuse (evict.h) */
       ns = EV_MIN (ns, EV_FIRST);
   }

@@ -357,14 +357,19 @@ evict_one (struct rb *rb, uint64_t c)
  * pre-check cannot tell a chunk not synced yet (that needs rb->lock),
  * so a victim may be kept, and picked again on the next turn of the
  * hand: the search ends after at most two turns of the hand the normal
- * way, then one desperate, however many were kept.
+ * way, then one desperate, however many were kept.  The policy
+ * weighs a chunk by its slots against the mean slots of a resident
+ * chunk now (evict.h).
  */
 static void
 evict_some (struct rb *rb, uint64_t want)
 {
   uint64_t steps = 2 * rb->nchunks;
+  uint64_t loaded = chunkmap_loaded (&rb->map);
   bool desperate = false;
 
+  /* The policy weighs a chunk's slots against the mean (evict.h). */
+  rb->evict.mean_w = loaded ? rbi_slots_resident (rb) * 256 / loaded : 0;
   while (used_slots (rb) + want > rb->nslots) {
     uint64_t c = evict_pick (&rb->evict, &steps, desperate, resident_slots,
                              may_evict, rb);
