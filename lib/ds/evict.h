@@ -27,11 +27,11 @@
  *     penalty on chunks above the mean, the better, up to the fourth
  *     power (the trace, 64 KiB chunks: 0.799, 0.808, 0.818 and 0.829
  *     for the first to the fourth, the scans kept within a point).
- *     Against the mean, not absolute: a
- *     workload whose chunks all weigh the same (reads of whole chunks)
- *     is ranked by hits alone, with the resolution of 4 KiB chunks
- *     (by w alone, 64 KiB reads of 64 KiB chunks hit 0.802, 0.821 with
- *     the policy before this one, 0.827 with this).
+ *     Against the mean, not absolute: a workload whose chunks all
+ *     weigh the same (reads of whole chunks) is ranked by hits alone,
+ *     with the resolution of 4 KiB chunks (by w alone, 64 KiB reads of
+ *     64 KiB chunks hit 0.802, 0.821 with the policy before this one,
+ *     0.827 with this).
  *   - Burst resistance: a chunk credited for the first time (score 0)
  *     gets at most EV_FIRST, which one turn without hits takes back
  *     under EV_THRESH.  A sequential scan uses each chunk in one burst
