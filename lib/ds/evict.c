@@ -5,13 +5,13 @@
 #include "error.h"
 #include "evict.h"
 
+#define EV_MIN(a, b) ((a) < (b) ? (a) : (b))
+
 int
-evict_init (struct evict *ev, uint64_t n, uint64_t active_max)
+evict_init (struct evict *ev, uint64_t n)
 {
   ev->n = n;
   ev->hand = 0;
-  ev->nactive = 0;
-  ev->active_max = active_max;
   ev->flags = rb_calloc (n ? n : 1, sizeof *ev->flags);
   if (ev->flags == NULL) {
     rb_set_error (ENOMEM, "cannot allocate the eviction table for %"
@@ -31,90 +31,62 @@ evict_free (struct evict *ev)
 void
 evict_forget (struct evict *ev, uint64_t c)
 {
-  uint32_t old = rb_atomic_xchg (&ev->flags[c], (uint32_t) 0);
-
-  if (old & EV_ACTIVE)
-    rb_atomic_sub (&ev->nactive, 1);
+  rb_atomic_and (&ev->flags[c], ~(uint32_t) EV_HITS_MASK);
 }
 
-/* Inactive chunk c moves to the active set (once, by whoever's CAS
- * wins).
+/* What a hit on a chunk of w slots is worth: 256 (mean / w)^4, mean
+ * the caller's mean slots a chunk (256ths, evict.h), at most
+ * EV_SCORE_MAX.  The ratio is capped at 256: no product overflows.
  */
-void
-evict_promote (struct evict *ev, uint64_t c)
+static uint64_t
+weight_factor (uint64_t mean_w, uint64_t w)
 {
-  uint32_t old = rb_atomic_load (&ev->flags[c]);
+  uint64_t q = EV_MIN ((mean_w ? mean_w : 256) / w, (uint64_t) 256 * 256);
 
-  while (!(old & EV_ACTIVE))
-    if (rb_atomic_cas (&ev->flags[c], &old,
-                       (uint32_t) ((old & ~(EV_SEEN | EV_REF)) | EV_ACTIVE))) {
-      rb_atomic_add (&ev->nactive, 1);
-      return;
-    }
+  q = q * q >> 8;
+  return EV_MIN (q * q >> 8, (uint64_t) EV_SCORE_MAX);
 }
 
-/* Active chunk c goes back to the inactive set, if still active. */
-static void
-demote (struct evict *ev, uint64_t c)
-{
-  uint32_t old = rb_atomic_load (&ev->flags[c]);
-
-  while (old & EV_ACTIVE)
-    if (rb_atomic_cas (&ev->flags[c], &old,
-                       (uint32_t) (old & ~(EV_ACTIVE | EV_SEEN | EV_REF)))) {
-      rb_atomic_sub (&ev->nactive, 1);
-      return;
-    }
-}
-
-static void
-clear_flag (struct evict *ev, uint64_t c, uint32_t f)
-{
-  rb_atomic_and (&ev->flags[c], (uint32_t) ~f);
-}
-
-static void
-set_flag (struct evict *ev, uint64_t c, uint32_t f)
-{
-  rb_atomic_or (&ev->flags[c], f);
-}
-
-/* The hand at resident chunk c: age its flags; is it the victim? */
+/* The hand at chunk c, which holds w slots (0: not resident): its
+ * score ages, and takes the hits since the last pass, per slot; is it
+ * the victim?
+ */
 static bool
-visit (struct evict *ev, uint64_t c, bool desperate, evict_pred evictable,
-       void *opaque)
+visit (struct evict *ev, uint64_t c, uint64_t w, bool desperate,
+       evict_pred evictable, void *opaque)
 {
   uint32_t f = rb_atomic_load (&ev->flags[c]);
+  uint32_t h = EV_MIN (f & EV_HITS_MASK, EV_HITS_MAX);
+  uint32_t s = f >> EV_SCORE_SHIFT, ns;
 
-  if (f & EV_ACTIVE) {
-    if (f & EV_REF)
-      clear_flag (ev, c, EV_REF);
-    else if (rb_atomic_load (&ev->nactive) > ev->active_max)
-      demote (ev, c);
-    return desperate && evictable (opaque, c);
+  if (f == 0 && w == 0)
+    return false;
+  ns = s - s / 4 - (s > 0);
+  if (w > 0 && h > 0) {
+    uint64_t inc = h * weight_factor (ev->mean_w, w);
+
+    ns = (uint32_t) EV_MIN ((uint64_t) ns + inc, (uint64_t) EV_SCORE_MAX);
+    if (s == 0)                 /* one burst is not reuse (evict.h) */
+      ns = EV_MIN (ns, EV_FIRST);
   }
-  if (f & EV_REF) {
-    if (f & EV_SEEN)
-      evict_promote (ev, c);
-    else {
-      clear_flag (ev, c, EV_REF);
-      set_flag (ev, c, EV_SEEN);
-    }
-    return desperate && evictable (opaque, c);
-  }
-  return evictable (opaque, c);
+  /* Hits that came meanwhile stay for the next pass. */
+  while (!rb_atomic_cas (&ev->flags[c], &f,
+                         (ns << EV_SCORE_SHIFT) |
+                         ((f & EV_HITS_MASK) - EV_MIN (f & EV_HITS_MASK, h))))
+    ;
+  return w > 0 && (ns <= EV_THRESH || desperate) && evictable (opaque, c);
 }
 
 uint64_t
 evict_pick (struct evict *ev, uint64_t *steps, bool desperate,
-            evict_pred resident, evict_pred evictable, void *opaque)
+            evict_weight weight, evict_pred evictable, void *opaque)
 {
   while (*steps > 0 && ev->n > 0) {
     uint64_t c = ev->hand;
 
     ev->hand = c + 1 == ev->n ? 0 : c + 1;
     (*steps)--;
-    if (resident (opaque, c) && visit (ev, c, desperate, evictable, opaque))
+    if (visit (ev, c, weight (opaque, c), desperate, evictable, opaque))
       return c;
   }
   return UINT64_MAX;

@@ -103,9 +103,6 @@
 #include "error.h"
 #include "internal.h"
 
-/* Share of the slots the policy's active set may take (evict.h). */
-#define ACTIVE_SHARE_NUM 3
-#define ACTIVE_SHARE_DEN 4
 #define SUSPECT_WAIT_NS (100 * UINT64_C (1000000))
 
 /* With journal= a request goes into RAM whole (io.c), its slots
@@ -209,9 +206,7 @@ rbi_slots_init (struct rb *rb)
     rb->ram.block <= (UINT64_C (1) << rb->sector_shift)
     ? rb->sector_shift : rb->chunk_shift;
   rb->nslots = ram >> rb->slot_shift;
-  if (evict_init (&rb->evict, rb->nchunks,
-                  (ram >> rb->chunk_shift) * ACTIVE_SHARE_NUM /
-                  ACTIVE_SHARE_DEN) == -1)
+  if (evict_init (&rb->evict, rb->nchunks) == -1)
     return -1;
   rb_mutex_init (&rb->slot_lock);
   rb->slotted = true;
@@ -260,12 +255,25 @@ free_slots (struct rb *rb)
   return used >= rb->nslots ? 0 : rb->nslots - used;
 }
 
-static bool
-is_resident (void *opaque, uint64_t c)
+/* The slots chunk c holds: its valid sectors, with partial chunks
+ * (the budget's unit, slots.c's top), else 1; 0 if it is not resident.
+ */
+static uint64_t
+resident_slots (void *opaque, uint64_t c)
 {
   struct rb *rb = opaque;
+  uint64_t s0, s1, spc;
 
-  return chunkmap_get (&rb->map, c) != CS_EMPTY;
+  if (chunkmap_get (&rb->map, c) == CS_EMPTY)
+    return 0;
+  if (rb->slot_shift == rb->chunk_shift)
+    return 1;
+  s0 = rbi_chunk_offset (rb, c) >> rb->sector_shift;
+  spc = (rbi_chunks_bytes (rb, c, 1) + (UINT64_C (1) << rb->sector_shift) - 1)
+    >> rb->sector_shift;
+  s1 = s0 + spc - 1;
+  return RB_MAX (spc - chunkmap_count_invalid (&rb->map, s0, s1, UINT64_MAX),
+                 UINT64_C (1));
 }
 
 /* The policy's pre-check, without the range (rechecked under it).  With
@@ -349,21 +357,21 @@ evict_one (struct rb *rb, uint64_t c)
  * pre-check cannot tell a chunk not synced yet (that needs rb->lock),
  * so a victim may be kept, and picked again on the next turn of the
  * hand: the search ends after at most two turns of the hand the normal
- * way, then one desperate, however many were kept.  The active set's
- * target is a share of the chunks resident now: with partial chunks
- * the budget holds more chunks than ram-size / chunk.
+ * way, then one desperate, however many were kept.  The policy
+ * weighs a chunk by its slots against the mean slots of a resident
+ * chunk now (evict.h).
  */
 static void
 evict_some (struct rb *rb, uint64_t want)
 {
   uint64_t steps = 2 * rb->nchunks;
+  uint64_t loaded = chunkmap_loaded (&rb->map);
   bool desperate = false;
 
-  rb->evict.active_max = RB_MAX (chunkmap_loaded (&rb->map),
-                                 rb->cfg.ram_size >> rb->chunk_shift) *
-    ACTIVE_SHARE_NUM / ACTIVE_SHARE_DEN;
+  /* The policy weighs a chunk's slots against the mean (evict.h). */
+  rb->evict.mean_w = loaded ? rbi_slots_resident (rb) * 256 / loaded : 0;
   while (used_slots (rb) + want > rb->nslots) {
-    uint64_t c = evict_pick (&rb->evict, &steps, desperate, is_resident,
+    uint64_t c = evict_pick (&rb->evict, &steps, desperate, resident_slots,
                              may_evict, rb);
 
     if (c == UINT64_MAX) {
