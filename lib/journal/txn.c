@@ -116,13 +116,23 @@
  * journal and the applier retries it, so nothing is lost.  FUA with
  * fsync=wait completes once it is committed in the journal.
  *
+ * Held chunks.  'live' counts, per chunk, the transactions not yet in
+ * place and synced that hold it.  The dirty limit (io.c) counts a chunk
+ * that some do as in flight (rb->inflight_chunks) once, however many
+ * hold it: it rises when a chunk's count leaves zero and falls when it
+ * gets back there.  RAM holds the chunk once, and the applier writes
+ * each sector once for all of them (plan).  (Counted once per
+ * transaction, an fsync-heavy load rewriting a hot set, every FLUSH a
+ * transaction holding the hot chunks again, filled the limit with
+ * copies while the applier waited on a slow backing store, and the
+ * writers with it.)
+ *
  * With ram-size= smaller than the device (slots.c): a chunk taken at
  * a commit point is CLEAN in RAM long before the backing store holds
  * it: pending (RAM holds N's content, not captured yet), then in the
  * journal only, then written in place but not synced.  Evicting it in
  * any of these would capture zeroes, or read it back stale from the
- * backing store.  So 'live' counts, per chunk, the transactions not yet
- * in place and synced that hold it; the evictor keeps a chunk while it
+ * backing store.  So the evictor keeps a chunk while its 'live' count
  * is not zero (txn_holds).  The count rises before the chunk moves to
  * CLEAN (under the gate held exclusively) and falls once apply_list
  * has synced the store; the evictor, holding the chunk's range (no
@@ -266,8 +276,7 @@ struct rb_txns {
   uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
 
   uint64_t *seen;               /* [applier] per sector */
-  uint32_t *live;               /* [atomic] per chunk, with ram-size=
-                                   only (NULL without): transactions
+  uint32_t *live;               /* [atomic] per chunk: transactions
                                    not in place and synced holding it */
 };
 
@@ -407,12 +416,8 @@ rbi_txn_open (struct rb *rb)
   t->pending = calloc (words, sizeof (uint64_t));
   t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
-  /* ram-size= smaller than the device (rbi_slots_init, later). */
-  if (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size)
-    t->live = calloc (rb->nchunks, sizeof *t->live);
-  if (t->pending == NULL || t->seen == NULL ||
-      (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size &&
-       t->live == NULL)) {
+  t->live = calloc (rb->nchunks, sizeof *t->live);
+  if (t->pending == NULL || t->seen == NULL || t->live == NULL) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
   }
@@ -881,9 +886,13 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
 
     if (rb->nb)
       rbi_nb_set (rb, r->first, r->n);
-    if (pend && t->live)        /* before CLEAN: see the top */
+    if (pend) {                 /* before CLEAN: see the top */
+      uint64_t held = 0;
       for (c = r->first; c < r->first + r->n; c++)
-        rb_atomic_add (&t->live[c], 1);
+        if (rb_atomic_add (&t->live[c], 1) == 1)
+          held++;
+      rb_atomic_add (&rb->inflight_chunks, held);
+    }
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -1164,11 +1173,11 @@ commit_one (struct rb *rb, uint64_t target)
   if (x->data_bytes &&
       (x->buf = buf_get (t, x->data_bytes, &x->buf_cap)) == NULL)
     goto nomem;
-  /* In flight before its chunks leave DIRTY: the dirty limit's sum
-   * (io.c) never dips meanwhile, so no writer passes the throttle on
-   * a dip (x->chunks is exact: the gate keeps every writer out).
+  /* take_chunks counts a chunk in flight (if no older transaction
+   * does yet) before it leaves DIRTY: the dirty limit's sum (io.c)
+   * never dips below what RAM holds meanwhile, so no writer passes the
+   * throttle on a dip.
    */
-  rb_atomic_add (&rb->inflight_chunks, x->chunks);
   take_chunks (rb, x, true);
   rb_atomic_add (&t->jused, x->jlen);
   {
@@ -1507,16 +1516,20 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
   return 0;
 }
 
-/* x is in place and synced: its chunks' counts fall (see the top). */
-static void
+/* x is in place and synced: its chunks' counts fall (see the top).
+ * Returns how many no transaction holds any more.
+ */
+static uint64_t
 live_drop (struct rb_txns *t, const struct txn *x)
 {
   size_t i;
-  uint64_t c;
+  uint64_t c, freed = 0;
 
   for (i = 0; i < x->ncruns; i++)
     for (c = x->cruns[i].first; c < x->cruns[i].first + x->cruns[i].n; c++)
-      rb_atomic_sub (&t->live[c], 1);
+      if (rb_atomic_sub (&t->live[c], 1) == 0)
+        freed++;
+  return freed;
 }
 
 /* Write a list of committed transactions in place, sync, retire them.
@@ -1577,11 +1590,12 @@ apply_list (struct rb *rb, struct txn *list)
   for (x = list; x; x = next) {
     next = x->next;
     if (x->jlen) {
-      if (t->live)              /* in place and synced: may be evicted */
-        live_drop (t, x);
+      /* In place and synced: may be evicted, and no longer in
+       * flight once no newer transaction holds it.
+       */
+      rb_atomic_sub (&rb->inflight_chunks, live_drop (t, x));
       rbj_retire (t->j, x->seq, x->jstart, x->jlen);
       rb_atomic_sub (&t->jused, x->jlen);
-      rb_atomic_sub (&rb->inflight_chunks, x->chunks);
       rb_atomic_add (&t->applied, 1);
     }
     txn_free (rb->txns, x);
@@ -1748,7 +1762,7 @@ txn_holds (struct rb *rb, uint64_t c)
 {
   struct rb_txns *t = rb->txns;
 
-  return t->live && rb_atomic_load (&t->live[c]) != 0;
+  return rb_atomic_load (&t->live[c]) != 0;
 }
 
 static const struct rb_journal_ops journal_ops = {
