@@ -2245,6 +2245,124 @@ test_journal_whole_write (void)
   fx_finish_jts (&f, "a write whole in one transaction");
 }
 
+/* ram-size= of 16 chunks with journal=, dirty-max= of three chunks: a
+ * chunk that several transactions hold, none of them in place yet,
+ * holds one chunk of RAM, and counts once towards the dirty limit.
+ * Chunk 5 is written and committed three times (a FLUSH after each
+ * write, as an fsync-heavy load rewriting a hot block does) while the
+ * applier's in-place write of the first transaction is held: the
+ * three transactions hold chunk 5, and RAM holds it once.  A write
+ * of chunk 6 then finds one chunk in flight, none dirty: under the
+ * limit, it must not wait.  (Counted once per transaction, the three
+ * filled the limit, and every writer waited for the slow backing
+ * store: the journal's dirty data drained no faster than the store
+ * took it, however often it was rewritten.)
+ */
+static void
+test_journal_held_once (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .dirty_max = 3 * CHUNK, .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .offset = 5 * CHUNK,
+                        .count = CHUNK, .tag = "" };
+  g_autofree uint8_t *v = NULL, *w6 = NULL;
+  struct ts_gate *g;
+  struct job w;
+  struct fx f;
+  int k;
+
+  fx_open_jts (&f, 157, &c, "jonce");
+  g_assert_true (f.rb->slotted);
+  g = ts_gate_arm (f.ts, &m, 0);
+  for (k = 0; k < 3; k++) {
+    g_free (v);
+    v = fx_random (&f, CHUNK);
+    fx_write (&f, v, CHUNK, 5 * CHUNK, 0);
+    g_assert_cmpint (rb_flush (f.rb), ==, 0);
+    if (k == 0)
+      ts_gate_wait (g);
+  }
+  g_assert_cmpuint (chunkmap_dirty (&f.rb->map), ==, 0);
+  w6 = fx_random (&f, CHUNK);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = w6,
+                     .len = CHUNK, .off = 6 * CHUNK };
+  job_start (&w);
+  TS_WAIT (rb_atomic_load (&w.done) || waiters (&f.rb->space_cond) > 0,
+           "the write to return, or to wait at the dirty limit");
+  if (!rb_atomic_load (&w.done))
+    g_error ("journal: a write waited at the dirty limit (dirty-max= of "
+             "3 chunks) with one chunk in RAM held by transactions not "
+             "in place: inflight_chunks %" PRIu64 " (the chunk counted "
+             "once per transaction holding it)",
+             rb_atomic_load (&f.rb->inflight_chunks));
+  g_assert_cmpuint (rb_atomic_load (&f.rb->inflight_chunks), ==, 1);
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + 6 * CHUNK, w6, CHUNK);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  fx_finish_jts (&f, "a chunk held by several transactions");
+}
+
+/* ram-size= of 16 chunks with journal=, dirty-max= of three chunks
+ * (the applier's segments: a chunk): a transaction holds chunks 2 and
+ * 9, and the applier's in-place write of chunk 9 is held.  Chunk 2 is
+ * in place and synced by then: it no longer counts towards the dirty
+ * limit (nor is it kept in RAM), whatever chunk 9 waits for.  A write
+ * of chunk 3, then one of chunk 4, find one chunk in flight and one
+ * dirty: under the limit, the second must not wait.  (Released at the
+ * end of the pass only, a pass over a slow backing store held all its
+ * chunks for seconds, and writers waited for its last request.)
+ */
+static void
+test_journal_release_early (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .dirty_max = 3 * CHUNK, .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .offset = 9 * CHUNK,
+                        .count = CHUNK, .tag = "" };
+  g_autofree uint8_t *a = NULL, *b = NULL, *w3 = NULL, *w4 = NULL;
+  struct ts_gate *g;
+  struct job w;
+  struct fx f;
+
+  fx_open_jts (&f, 163, &c, "jearly");
+  g_assert_true (f.rb->slotted);
+  g = ts_gate_arm (f.ts, &m, 0);
+  a = fx_random (&f, CHUNK);
+  b = fx_random (&f, CHUNK);
+  fx_write (&f, a, CHUNK, 2 * CHUNK, 0);
+  fx_write (&f, b, CHUNK, 9 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  ts_gate_wait (g);
+  w3 = fx_random (&f, CHUNK);
+  fx_write (&f, w3, CHUNK, 3 * CHUNK, 0);
+  w4 = fx_random (&f, CHUNK);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = w4,
+                     .len = CHUNK, .off = 4 * CHUNK };
+  job_start (&w);
+  TS_WAIT (rb_atomic_load (&w.done) || waiters (&f.rb->space_cond) > 0,
+           "the write to return, or to wait at the dirty limit");
+  if (!rb_atomic_load (&w.done))
+    g_error ("journal: a write waited at the dirty limit (dirty-max= of "
+             "3 chunks) for the applier's last request: inflight_chunks "
+             "%" PRIu64 " while chunk 2 was in place and synced (%s)",
+             rb_atomic_load (&f.rb->inflight_chunks),
+             ts_durable_has (f.ts, a, CHUNK, 2 * CHUNK) ? "yes" : "no");
+  g_assert_true (ts_durable_has (f.ts, a, CHUNK, 2 * CHUNK));
+  g_assert_cmpuint (rb_atomic_load (&f.rb->inflight_chunks), ==, 1);
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + 4 * CHUNK, w4, CHUNK);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  fx_finish_jts (&f, "chunks released as the pass goes");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -2288,6 +2406,10 @@ main (int argc, char *argv[])
                    test_journal_sync_answered);
   g_test_add_func ("/interleave/journal-sync-in-place",
                    test_journal_sync_in_place);
+  g_test_add_func ("/interleave/journal-held-once",
+                   test_journal_held_once);
+  g_test_add_func ("/interleave/journal-release-early",
+                   test_journal_release_early);
   g_test_add_func ("/interleave/journal-failed-commit",
                    test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);

@@ -88,7 +88,12 @@
  * older ones and then the newer ones again, so the merge is invisible.
  * Those writes come from the transactions' buffers, never from RAM (RAM
  * may already hold N+1), so the memory this costs is bounded by the
- * journal's size.
+ * journal's size.  A pass goes in offset order, in segments of about an
+ * eighth of the dirty limit, the store synced after each: the chunks
+ * below the next segment are then in place for every transaction of
+ * the pass, and are released (see "Held chunks") at once, not seconds
+ * later with the pass's last request; the transactions are retired
+ * when the whole pass is in place and synced, as before.
  *
  * No early commit point.  A commit point made when the dirty data
  * would fill part of the journal (a quarter, then a half, were tried)
@@ -116,13 +121,23 @@
  * journal and the applier retries it, so nothing is lost.  FUA with
  * fsync=wait completes once it is committed in the journal.
  *
+ * Held chunks.  'live' counts, per chunk, the transactions not yet in
+ * place and synced that hold it.  The dirty limit (io.c) counts a chunk
+ * that some do as in flight (rb->inflight_chunks) once, however many
+ * hold it: it rises when a chunk's count leaves zero and falls when it
+ * gets back there.  RAM holds the chunk once, and the applier writes
+ * each sector once for all of them (plan).  (Counted once per
+ * transaction, an fsync-heavy load rewriting a hot set, every FLUSH a
+ * transaction holding the hot chunks again, filled the limit with
+ * copies while the applier waited on a slow backing store, and the
+ * writers with it.)
+ *
  * With ram-size= smaller than the device (slots.c): a chunk taken at
  * a commit point is CLEAN in RAM long before the backing store holds
  * it: pending (RAM holds N's content, not captured yet), then in the
  * journal only, then written in place but not synced.  Evicting it in
  * any of these would capture zeroes, or read it back stale from the
- * backing store.  So 'live' counts, per chunk, the transactions not yet
- * in place and synced that hold it; the evictor keeps a chunk while it
+ * backing store.  So the evictor keeps a chunk while its 'live' count
  * is not zero (txn_holds).  The count rises before the chunk moves to
  * CLEAN (under the gate held exclusively) and falls once apply_list
  * has synced the store; the evictor, holding the chunk's range (no
@@ -266,8 +281,7 @@ struct rb_txns {
   uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
 
   uint64_t *seen;               /* [applier] per sector */
-  uint32_t *live;               /* [atomic] per chunk, with ram-size=
-                                   only (NULL without): transactions
+  uint32_t *live;               /* [atomic] per chunk: transactions
                                    not in place and synced holding it */
 };
 
@@ -407,12 +421,8 @@ rbi_txn_open (struct rb *rb)
   t->pending = calloc (words, sizeof (uint64_t));
   t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
-  /* ram-size= smaller than the device (rbi_slots_init, later). */
-  if (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size)
-    t->live = calloc (rb->nchunks, sizeof *t->live);
-  if (t->pending == NULL || t->seen == NULL ||
-      (rb->cfg.ram_size != 0 && rb->cfg.ram_size < rb->size &&
-       t->live == NULL)) {
+  t->live = calloc (rb->nchunks, sizeof *t->live);
+  if (t->pending == NULL || t->seen == NULL || t->live == NULL) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
   }
@@ -881,9 +891,13 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
 
     if (rb->nb)
       rbi_nb_set (rb, r->first, r->n);
-    if (pend && t->live)        /* before CLEAN: see the top */
+    if (pend) {                 /* before CLEAN: see the top */
+      uint64_t held = 0;
       for (c = r->first; c < r->first + r->n; c++)
-        rb_atomic_add (&t->live[c], 1);
+        if (rb_atomic_add (&t->live[c], 1) == 1)
+          held++;
+      rb_atomic_add (&rb->inflight_chunks, held);
+    }
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -1164,11 +1178,11 @@ commit_one (struct rb *rb, uint64_t target)
   if (x->data_bytes &&
       (x->buf = buf_get (t, x->data_bytes, &x->buf_cap)) == NULL)
     goto nomem;
-  /* In flight before its chunks leave DIRTY: the dirty limit's sum
-   * (io.c) never dips meanwhile, so no writer passes the throttle on
-   * a dip (x->chunks is exact: the gate keeps every writer out).
+  /* take_chunks counts a chunk in flight (if no older transaction
+   * does yet) before it leaves DIRTY: the dirty limit's sum (io.c)
+   * never dips below what RAM holds meanwhile, so no writer passes the
+   * throttle on a dip.
    */
-  rb_atomic_add (&rb->inflight_chunks, x->chunks);
   take_chunks (rb, x, true);
   rb_atomic_add (&t->jused, x->jlen);
   {
@@ -1452,12 +1466,79 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
   return k;
 }
 
+/* The chunks [c0, c1) of the transactions of list are in place and
+ * synced: their counts fall (see the top), and those that no
+ * transaction holds any more leave the dirty limit's count (and may be
+ * evicted).
+ */
+static void
+release_chunks (struct rb *rb, const struct txn *list, uint64_t c0,
+                uint64_t c1)
+{
+  struct rb_txns *t = rb->txns;
+  const struct txn *x;
+  uint64_t c, freed = 0;
+  size_t i;
+
+  for (x = list; x; x = x->next)
+    for (i = 0; i < x->ncruns; i++) {
+      uint64_t a = RB_MAX (x->cruns[i].first, c0);
+      uint64_t b = RB_MIN (x->cruns[i].first + x->cruns[i].n, c1);
+
+      for (c = a; c < b; c++)
+        if (rb_atomic_sub (&t->live[c], 1) == 0)
+          freed++;
+    }
+  if (freed) {
+    rb_atomic_sub (&rb->inflight_chunks, freed);
+    rbi_slots_notify (rb);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb_cond_broadcast (&rb->space_cond);
+  }
+}
+
+/* Sync the backing store after in-place writes.  Under the core's
+ * sync_lock, as every sync of the backing store: a store that reports
+ * a loss (a lost NBD connection with unflushed writes) to one flush
+ * only must report it to a sync that acts on it.  (The applier holds
+ * no range lock here: sync_lock first is the core's order.)
+ */
 static int
-apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
+apply_sync (struct rb *rb)
+{
+  int r;
+
+  rb_mutex_lock (&rb->sync_lock);
+  r = rb->store->ops->flush (rb->store);
+  rb_mutex_unlock (&rb->sync_lock);
+  if (r == -1) {
+    int err = errno ? errno : EIO;
+    rb_atomic_add (&rb->sync_errors, 1);
+    rb_atomic_store (&rb->store_failing, true);
+    rbi_record_error (rb, err, rb_get_error ());
+    errno = err;
+    return -1;
+  }
+  rb_atomic_add (&rb->syncs, 1);
+  return 0;
+}
+
+/* Write the list in place and sync.  The requests go in offset order,
+ * in segments of about an eighth of the dirty limit (when there is
+ * one), each synced on its own: the chunks below the next segment are
+ * then in place and synced for every transaction of the list, and are
+ * released at once (*released: the chunks below it are), not when the
+ * last request of the pass is.  A pass over a slow backing store takes
+ * seconds, and its chunks count against the dirty limit until they
+ * are released.
+ */
+static int
+apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed,
+       uint64_t *released)
 {
   CLEANUP_FREE struct rb_io *io = NULL;
-  int r;
-  size_t k = plan (rb, list, &io), i;
+  size_t k = plan (rb, list, &io), i, n, e;
+  uint64_t seg = rb_atomic_load (&rb->dirty_limit) / 8, segb = 0;
 
   if (k == SIZE_MAX) {
     rb_set_error (ENOMEM, "journal: out of memory to write in place");
@@ -1465,8 +1546,14 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
   }
   if (k == 0)
     return 0;
-  for (i = 0; i < k; i += APPLY_BATCH) {
-    size_t n = RB_MIN (k - i, (size_t) APPLY_BATCH), e;
+  if (seg)
+    seg = RB_MAX (seg, (uint64_t) rb->chunk_size);
+  for (i = 0; i < k; i += n) {
+    for (n = 0; i + n < k && n < APPLY_BATCH; ) {
+      segb += io[i + n++].count;
+      if (seg && segb >= seg)
+        break;
+    }
     if (rb->store->ops->submit (rb->store, io + i, n) == -1) {
       int err = errno ? errno : EIO;
       char msg[200];
@@ -1485,38 +1572,20 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed)
       if (io[e].op == RB_IO_ZERO)
         *zeroed += io[e].count;
     }
-  }
-  /* Under the core's sync_lock, as every sync of the backing store: a
-   * store that reports a loss (a lost NBD connection with unflushed
-   * writes) to one flush only must report it to a sync that acts on it.
-   * (The applier holds no range lock here: sync_lock first is the
-   * core's order.)
-   */
-  rb_mutex_lock (&rb->sync_lock);
-  r = rb->store->ops->flush (rb->store);
-  rb_mutex_unlock (&rb->sync_lock);
-  if (r == -1) {
-    int err = errno ? errno : EIO;
-    rb_atomic_add (&rb->sync_errors, 1);
-    rb_atomic_store (&rb->store_failing, true);
-    rbi_record_error (rb, err, rb_get_error ());
-    errno = err;
-    return -1;
-  }
-  rb_atomic_add (&rb->syncs, 1);
-  return 0;
-}
+    if (seg && segb >= seg && i + n < k) {
+      /* Every request of the chunks below the next one is done. */
+      uint64_t below = rbi_chunk_of (rb, io[i + n].offset);
 
-/* x is in place and synced: its chunks' counts fall (see the top). */
-static void
-live_drop (struct rb_txns *t, const struct txn *x)
-{
-  size_t i;
-  uint64_t c;
-
-  for (i = 0; i < x->ncruns; i++)
-    for (c = x->cruns[i].first; c < x->cruns[i].first + x->cruns[i].n; c++)
-      rb_atomic_sub (&t->live[c], 1);
+      segb = 0;
+      if (below > *released) {
+        if (apply_sync (rb) == -1)
+          return -1;
+        release_chunks (rb, list, *released, below);
+        *released = below;
+      }
+    }
+  }
+  return apply_sync (rb);
 }
 
 /* Write a list of committed transactions in place, sync, retire them.
@@ -1528,6 +1597,7 @@ apply_list (struct rb *rb, struct txn *list)
   struct rb_txns *t = rb->txns;
   uint64_t backoff = BACKOFF_MIN_MS, bytes = 0, t0 = rb_now_ns (), target = 0;
   uint64_t zeroed = 0;          /* of bytes, zero requests */
+  uint64_t released = 0;        /* the chunks below are released */
   struct txn *x, *next;
 
   /* An old in-place write with an unknown outcome (a lost NBD
@@ -1541,7 +1611,7 @@ apply_list (struct rb *rb, struct txn *list)
     uint64_t until;
     int err = 0;
 
-    if (apply (rb, list, &bytes, &zeroed) == -1)
+    if (apply (rb, list, &bytes, &zeroed, &released) == -1)
       err = errno ? errno : EIO;
     else if (!rbj_settle (rb->store))
       break;
@@ -1574,14 +1644,15 @@ apply_list (struct rb *rb, struct txn *list)
     rb_atomic_add (&rb->stored_bytes, bytes - zeroed);
     rb_atomic_add (&rb->zeroed_bytes, zeroed);
   }
+  /* In place and synced: the rest of the chunks may be evicted, and
+   * are no longer in flight once no newer transaction holds them.
+   */
+  release_chunks (rb, list, released, rb->nchunks);
   for (x = list; x; x = next) {
     next = x->next;
     if (x->jlen) {
-      if (t->live)              /* in place and synced: may be evicted */
-        live_drop (t, x);
       rbj_retire (t->j, x->seq, x->jstart, x->jlen);
       rb_atomic_sub (&t->jused, x->jlen);
-      rb_atomic_sub (&rb->inflight_chunks, x->chunks);
       rb_atomic_add (&t->applied, 1);
     }
     txn_free (rb->txns, x);
@@ -1748,7 +1819,7 @@ txn_holds (struct rb *rb, uint64_t c)
 {
   struct rb_txns *t = rb->txns;
 
-  return t->live && rb_atomic_load (&t->live[c]) != 0;
+  return rb_atomic_load (&t->live[c]) != 0;
 }
 
 static const struct rb_journal_ops journal_ops = {
