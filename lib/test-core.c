@@ -783,6 +783,50 @@ test_populate_far_store (void)
   g_rand_free (r);
 }
 
+/* Populate over a slow store reads a batch into a bounce buffer, each
+ * read at an address aligned as its offset is modulo 64 KiB (for
+ * O_DIRECT).  With 4 KiB chunks the runs of EMPTY chunks start anywhere
+ * in a 64 KiB block: here two chunks at 60K of every 128K, the rest
+ * loaded by misses before populate starts, so that each read of the
+ * first batch needs all but 8K of 128K of the buffer for its 8K.  The
+ * buffer must hold that layout (an overrun shows under ASan, or as a
+ * corrupted heap), and every chunk must come out right.
+ */
+static void
+test_populate_bounce_layout (void)
+{
+  const uint32_t chunk = 4096;
+  size_t size = 1 * MiB, off;
+  uint8_t *model, *buf = g_malloc (size);
+  GRand *r = g_rand_new_with_seed (43);
+  struct tstore *ts = random_store (r, size, &model);
+  struct rb_config c = { .chunk_size = chunk, .populate = true,
+                         .store.tls_verify_peer = -1 };
+  struct rb_stats st;
+  struct rb *rb;
+
+  override_store = ts_store (ts);
+  use_override (&c);
+  ts_read_latency (ts, 20);     /* well under BOUNCE_BPS */
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  for (off = 0; off < size; off += chunk)
+    if (off % (128 * 1024) != 60 * 1024 && off % (128 * 1024) != 64 * 1024)
+      g_assert_cmpint (rb_pread (rb, buf, chunk, off), ==, 0);
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.loaded_chunks, ==, size / chunk);
+  g_assert_cmpint (rb_pread (rb, buf, size, 0), ==, 0);
+  g_assert_true (memcmp (buf, model, size) == 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_free (ts);
+  g_free (model);
+  g_free (buf);
+  g_rand_free (r);
+}
+
 static void
 test_fsyncgate (void)
 {
@@ -1086,6 +1130,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/core/toggle", test_toggle);
   g_test_add_func ("/core/populate-race", test_populate_race);
   g_test_add_func ("/core/populate-far-store", test_populate_far_store);
+  g_test_add_func ("/core/populate-bounce-layout",
+                   test_populate_bounce_layout);
   g_test_add_func ("/core/dirty-limit", test_dirty_limit);
   g_test_add_func ("/core/fsyncgate", test_fsyncgate);
   g_test_add_func ("/core/writethrough-write-fails",

@@ -382,14 +382,34 @@ next_data_chunk (struct rb *rb, uint64_t c, uint64_t *data_end)
   return data >= rb->size ? rb->nchunks : rbi_chunk_of (rb, data);
 }
 
-/* The bounce buffer for k reads of 'bytes' in all, from an address
+/* Where each of the k reads of nodes lands in the bounce buffer: at
+ * the next BOUNCE_ALIGN boundary plus its offset modulo BOUNCE_ALIGN,
+ * so up to 2 * BOUNCE_ALIGN - 1 beyond its bytes (4 KiB chunks start
+ * anywhere in a block).  Sets pos[i]; returns the bytes the layout
+ * spans.
+ */
+static uint64_t
+bounce_layout (const struct rl_node *nodes, size_t k, uint64_t *pos)
+{
+  uint64_t end = 0;
+  size_t i;
+
+  for (i = 0; i < k; i++) {
+    pos[i] = ((end + BOUNCE_ALIGN - 1) & ~(BOUNCE_ALIGN - 1)) +
+      (nodes[i].start & (BOUNCE_ALIGN - 1));
+    end = pos[i] + (nodes[i].end - nodes[i].start);
+  }
+  return end;
+}
+
+/* The bounce buffer for a layout of 'span' bytes, from an address
  * aligned to BOUNCE_ALIGN; NULL if it cannot grow (the batch then goes
  * straight into RAM, under its ranges).
  */
 static char *
-bounce_get (struct rb_populator_state *ps, uint64_t bytes, size_t k)
+bounce_get (struct rb_populator_state *ps, uint64_t span)
 {
-  uint64_t need = bytes + (k + 1) * BOUNCE_ALIGN;
+  uint64_t need = span + BOUNCE_ALIGN;  /* the start, aligned up */
   void *p;
 
   if (ps->bounce_size < need) {
@@ -441,7 +461,7 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
 {
   struct rl_node nodes[BATCH_IOS];
   struct rb_io ios[BATCH_IOS];
-  uint64_t runs[BATCH_IOS][2];
+  uint64_t runs[BATCH_IOS][2], pos[BATCH_IOS];
   uint64_t per_io = RB_MAX ((uint64_t) RB_MAX_STORE_IO >> rb->chunk_shift,
                             UINT64_C (1));
   uint64_t next = c, bytes = 0, read = 0, t0, wait;
@@ -486,8 +506,6 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
   if (wait && !populator_sleep (rb, wait))
     return c;
 
-  if (!rb->slotted && ps->last_bps <= BOUNCE_BPS)
-    bounce = bounce_get (ps, bytes, k);
   for (i = 0; i < k; i++) {
     uint64_t off = rbi_chunk_offset (rb, runs[i][0]);
     nodes[i] = (struct rl_node) {
@@ -495,18 +513,14 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
       .kind = RL_LOAD,
     };
   }
+  if (!rb->slotted && ps->last_bps <= BOUNCE_BPS)
+    bounce = bounce_get (ps, bounce_layout (nodes, k, pos));
   if (bounce) {
-    uint64_t pos = 0;
-
-    for (i = 0; i < k; i++) {
-      pos = ((pos + BOUNCE_ALIGN - 1) & ~(BOUNCE_ALIGN - 1)) +
-        (nodes[i].start & (BOUNCE_ALIGN - 1));
+    for (i = 0; i < k; i++)
       ios[i] = (struct rb_io) {
-        .op = RB_IO_READ, .buf = bounce + pos, .offset = nodes[i].start,
+        .op = RB_IO_READ, .buf = bounce + pos[i], .offset = nodes[i].start,
         .count = nodes[i].end - nodes[i].start,
       };
-      pos += ios[i].count;
-    }
     rb->store->ops->submit (rb->store, ios, k);
     rangelock_acquire_batch (&rb->rl, nodes, k);
   }
