@@ -318,7 +318,8 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
   uint64_t c, taken = 0;
 
   for (c = run->first; c < run->first + run->n; c++) {
-    uint64_t moved[4], s, end;
+    uint64_t moved[4], s, end, last_count = *nio ? ios[*nio - 1].count : 0;
+    size_t nio_before = *nio;
     bool whole;
 
     bool part, left = false;
@@ -369,6 +370,12 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
           << rb->sector_shift;
       s += n;
     }
+    /* A chunk that turned ZERO counted a sector (io.c), bits or not:
+     * so does its write, which then never weighs nothing.
+     */
+    if (moved[CS_ZERO] && (*nio != nio_before ||
+                           (*nio && ios[*nio - 1].count != last_count)))
+      weights[*nio - 1] += UINT64_C (1) << rb->sector_shift;
     /* After the bits (chunkmap.h): dirty again, for a later sweep. */
     if (left)
       chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
