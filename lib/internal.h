@@ -42,7 +42,9 @@ struct rb_extent {
 struct rb_extents {
   struct rb_extent *v;
   size_t len, cap;
-  uint64_t bytes;
+  uint64_t bytes;               /* as the dirty limit counts them: data
+                                   bytes, a sector per chunk of a zero
+                                   (rbi_write_done's weight) */
 };
 
 /* The flusher and the populator are step functions, as in Open CAS
@@ -84,6 +86,8 @@ struct rb_flusher_state {
                                    for want of requests) */
   struct rb_run runs[RB_FLUSH_BATCH_RUNS];
   struct rb_io ios[RB_FLUSH_BATCH_IOS];
+  uint64_t weights[RB_FLUSH_BATCH_IOS]; /* what each of ios counts in the
+                                           dirty limit (flush.c) */
   struct rl_node nodes[RB_FLUSH_BATCH_RUNS];
 };
 
@@ -198,7 +202,13 @@ struct rb {
                                    store's cache, so the flusher syncs
                                    once with nothing of ours unsynced */
   uint64_t unsynced_bytes;      /* [atomic] written and not yet synced,
-                                   in 'unsynced' or in a sync running */
+                                   in 'unsynced' or in a sync running
+                                   (weighed as the dirty limit counts:
+                                   rbi_write_done) */
+  uint64_t inflight_bytes;      /* [atomic] write back in flight (flush.c)
+                                   as the dirty limit counts it: the
+                                   dirty sectors it took, a sector per
+                                   chunk of its zero requests */
   uint64_t fail_gen;            /* [lock] written, [atomic] read */
 
   /* Statistics [atomic]. */
@@ -433,10 +443,12 @@ extern int rbi_sync_answered (struct rb *rb, uint64_t t);
 /* Before a store write starts: the failure generation it runs in. */
 extern uint64_t rbi_write_begin (struct rb *rb);
 /* After a store write of [offset, offset+count) succeeded: remember it
- * for the next sync, or re-dirty it if a sync failed meanwhile.
+ * for the next sync, or re-dirty it if a sync failed meanwhile.  weight:
+ * what it counts against the dirty limit until synced (count for data,
+ * rbi_zero_weight for a zero request).
  */
 extern void rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset,
-                            uint64_t count);
+                            uint64_t count, uint64_t weight);
 /* Sync the store now.  Returns 0 only if the sync succeeded and no sync
  * failed since 'gen' was read (rbi_write_begin), so every write the caller
  * completed after reading it is durable.  On failure every write that
@@ -462,6 +474,16 @@ extern void rbi_throttle (struct rb *rb);
 extern bool rbi_over_dirty_limit (struct rb *rb);
 /* Over half the dirty limit: write back should not wait (flush.c). */
 extern bool rbi_dirty_pressure (struct rb *rb);
+/* What the dirty limit counts (io.c, the top of the dirty limit), also
+ * the status's dirty_bytes and inflight_bytes.
+ */
+extern uint64_t rbi_dirty_bytes (struct rb *rb);
+extern uint64_t rbi_inflight_bytes (struct rb *rb);
+/* What a zero request over [offset, offset+count) counts: a sector
+ * per chunk with sector bits, else its bytes (whole chunks, as before).
+ */
+extern uint64_t rbi_zero_weight (struct rb *rb, uint64_t offset,
+                                 uint64_t count);
 
 /* A request's data when it is not one flat buffer (the kernel target:
  * a bio's pages).  copy() moves all 'count' bytes of the request, from

@@ -37,9 +37,9 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->written_bytes = rb_atomic_load (&rb->written_bytes);
   st->zeroed_bytes = rb_atomic_load (&rb->zeroed_bytes);
   st->dirty_chunks = chunkmap_dirty (&rb->map);
-  st->dirty_bytes = st->dirty_chunks * rb->chunk_size;
+  st->dirty_bytes = rbi_dirty_bytes (rb);      /* what dirty-max= counts */
   st->inflight_chunks = rb_atomic_load (&rb->inflight_chunks);
-  st->inflight_bytes = st->inflight_chunks * rb->chunk_size;
+  st->inflight_bytes = rbi_inflight_bytes (rb);
   st->dirty_max = rb_atomic_load (&rb->dirty_limit);
   st->dirty_max_config = rb->cfg.dirty_max;
   st->ups_window = rb->cfg.ups_window;

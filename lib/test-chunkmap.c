@@ -2,7 +2,7 @@
 /* Unit tests of the chunk state map (chunkmap.h) against a byte-per-chunk
  * model: moves, counters, searches, the partial last word, and a map
  * rebuilt from its words alone (chunkmap_init_at, for resume), and the
- * sector bits.
+ * sector bits.  The counters (dirty, ZERO, loaded) against the model.
  */
 
 #include <config.h>
@@ -16,14 +16,16 @@
 static void
 check_model (struct chunkmap *cm, const uint8_t *m, uint64_t n)
 {
-  uint64_t c, dirty = 0, loaded = 0;
+  uint64_t c, dirty = 0, loaded = 0, zero = 0;
 
   for (c = 0; c < n; c++) {
     g_assert_cmpint (chunkmap_get (cm, c), ==, m[c]);
     dirty += m[c] == CS_DIRTY || m[c] == CS_ZERO;
     loaded += m[c] != CS_EMPTY;
+    zero += m[c] == CS_ZERO;
   }
   g_assert_cmpuint (chunkmap_dirty (cm), ==, dirty);
+  g_assert_cmpuint (chunkmap_zero (cm), ==, zero);
   g_assert_cmpuint (chunkmap_loaded (cm), ==, loaded);
 }
 

@@ -205,6 +205,36 @@ __wrap_rangelock_acquire_batch (struct rangelock *rl, struct rl_node *nodes,
   __real_rangelock_acquire_batch (rl, nodes, n);
 }
 
+/* --- holding the flusher between its CAS and taking the bits --------- */
+
+/* Also linked with --wrap=chunkmap_take_bits: while hold_take is set,
+ * the first caller (the flusher: no other thread of these tests takes
+ * sector bits) stops right before it takes them, after its CAS moved
+ * the chunk to CLEAN, until take_go is set.
+ */
+extern uint64_t __real_chunkmap_take_bits (struct chunkmap *cm, uint64_t s,
+                                           unsigned n);
+uint64_t __wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s,
+                                    unsigned n);
+
+static bool hold_take, take_held, take_go;      /* [atomic] */
+
+uint64_t
+__wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  bool t = true;
+
+  if (rb_atomic_load (&hold_take) &&
+      rb_atomic_cas (&hold_take, &t, false)) {
+    rb_atomic_store (&take_held, true);
+    TS_WAIT (rb_atomic_load (&take_go),
+             "the test to let the held take of the sector bits go on");
+    rb_atomic_store (&take_held, false);
+    rb_atomic_store (&take_go, false);
+  }
+  return __real_chunkmap_take_bits (cm, s, n);
+}
+
 /* --- changing a write's buffer after it reached RAM -------------------- */
 
 /* Also linked with --wrap=ramimage_copy_in: a thread that set
@@ -940,6 +970,160 @@ test_dirty_max_inflight (void)
   g_assert_cmpint (w.r, ==, 0);
   memcpy (f.model + w.off, more, 100);
   fx_finish (&f, "dirty-max with chunks in flight");
+}
+
+/* --- dirty-max counts dirty sectors, not whole chunks --------------- */
+
+/* A 4 KiB write of fresh data into chunk c (64 KiB chunks) by a job;
+ * fails if the writer waits for dirty-max.
+ */
+static void
+write_unthrottled (struct fx *f, uint64_t off, uint64_t dirty_sectors)
+{
+  g_autofree uint8_t *buf = fx_random (f, SECTOR);
+  struct job w = { .f = f, .tag = "writer", .op = J_WRITE, .buf = buf,
+                   .len = SECTOR, .off = off };
+
+  job_start (&w);
+  TS_WAIT (waiters (&f->rb->space_cond) > 0 || rb_atomic_load (&w.done),
+           "the writer to finish, or to wait for dirty-max");
+  if (!rb_atomic_load (&w.done))
+    g_error ("dirty-max=%" PRIu64 ": a 4 KiB write at %" PRIu64 " waited "
+             "with only %" PRIu64 " sectors (%" PRIu64 " bytes) dirty or "
+             "in flight", rb_atomic_load (&f->rb->dirty_limit), off,
+             dirty_sectors, dirty_sectors * SECTOR);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f->model + off, buf, SECTOR);
+}
+
+/* 64 KiB chunks, dirty-max= 4 chunks (64 sectors).  The flusher is held
+ * writing back one sector.  A 4 KiB write into each other chunk (and a
+ * zero of a whole chunk) must not wait: 16 sectors are dirty or in
+ * flight, far below the limit, though 16 chunks are.  Then more
+ * sectors, up to the limit: the write that finds 64 sectors dirty or in
+ * flight waits, and goes on once the flusher may drain.
+ */
+static void
+test_dirty_max_sectors (void)
+{
+  struct fx f;
+  uint64_t sx = 12 * BIG_CHUNK + 8 * SECTOR, c, k, n = 1;
+  struct ts_match m = { .ops = TS_WRITE, .offset = sx, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v = NULL, *more = NULL;
+  struct ts_gate *g;
+  struct rb_stats st;
+  struct job w;
+
+  fx_open_cs (&f, 89, false, true, true, 4 * BIG_CHUNK, BIG_CHUNK);
+  g = ts_gate_arm (f.ts, &m, 0);
+  v = fx_random (&f, SECTOR);
+  fx_write (&f, v, SECTOR, sx, 0);
+  ts_gate_wait (g);                     /* one sector in flight */
+
+  for (c = 0; c < SIZE / BIG_CHUNK - 1; c++, n++)
+    if (c != 12)
+      write_unthrottled (&f, c * BIG_CHUNK + 5 * SECTOR, n);
+  g_assert_cmpint (rb_zero (f.rb, BIG_CHUNK, 15 * BIG_CHUNK, 0), ==, 0);
+  memset (f.model + 15 * BIG_CHUNK, 0, BIG_CHUNK);
+  rb_get_stats (f.rb, &st);
+  g_assert_cmpuint (st.dirty_chunks, ==, 15);
+  if (st.dirty_bytes != 15 * SECTOR || st.inflight_bytes != SECTOR)
+    g_error ("14 sectors written and a chunk zeroed in 64 KiB chunks, a "
+             "sector in flight: dirty_bytes %" PRIu64 " (want %d), "
+             "inflight_bytes %" PRIu64 " (want %d)", st.dirty_bytes,
+             15 * SECTOR, st.inflight_bytes, SECTOR);
+  g_assert_cmpuint (st.throttled, ==, 0);
+
+  /* 16 sectors dirty or in flight: 48 more reach the limit, each write
+   * finding fewer than 64 before it.
+   */
+  n = 16;
+  for (k = 0; k < 48; k++, n++)
+    write_unthrottled (&f, (k % 12) * BIG_CHUNK + (k / 12 + 1) * SECTOR, n);
+  rb_get_stats (f.rb, &st);
+  g_assert_cmpuint (st.dirty_bytes + st.inflight_bytes + st.unsynced_bytes,
+                    ==, 4 * BIG_CHUNK);
+  g_assert_cmpuint (st.throttled, ==, 0);
+
+  more = fx_random (&f, 100);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = more,
+                     .len = 100, .off = 14 * BIG_CHUNK + 100 };
+  job_start (&w);
+  TS_WAIT (waiters (&f.rb->space_cond) > 0 || rb_atomic_load (&w.done),
+           "the writer to wait for dirty-max, or to finish");
+  if (rb_atomic_load (&w.done))
+    g_error ("a write went past dirty-max with 64 sectors of 4 KiB dirty "
+             "or in flight");
+  rb_get_stats (f.rb, &st);
+  g_assert_cmpuint (st.throttled, ==, 1);
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + w.off, more, 100);
+  fx_finish (&f, "dirty-max in sectors");
+}
+
+/* A write races the flusher's capture of its chunk X (64 KiB chunks):
+ * sector 3 of X is dirty; the flusher moves X to CLEAN and is held
+ * before it takes the bits; a write of sectors 3 and 9 sets their bits
+ * and moves X to DIRTY again.  Each dirty sector counts once
+ * (dirty_bytes two sectors, not the chunk).  The flusher takes both
+ * bits and writes them back: X is DIRTY with no bits, which counts
+ * nothing.  After a sync every counter is back to 0.
+ */
+static void
+test_sector_count_capture (void)
+{
+  struct fx f;
+  uint64_t x = 6 * BIG_CHUNK, s3 = x + 3 * SECTOR, s9 = x + 9 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v1 = NULL, *v2 = NULL, *v3 = NULL;
+  struct ts_gate *g;
+  struct rb_stats st;
+
+  fx_open_cs (&f, 97, false, true, true, 0, BIG_CHUNK);
+  v1 = fx_random (&f, SECTOR);
+  v2 = fx_random (&f, SECTOR);
+  v3 = fx_random (&f, SECTOR);
+  g = ts_gate_arm (f.ts, &m, 0);
+  rb_atomic_store (&hold_take, true);
+  fx_write (&f, v1, SECTOR, s3, 0);
+  TS_WAIT (rb_atomic_load (&take_held),
+           "the flusher to stop before it takes X's bits");
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / BIG_CHUNK), ==, CS_CLEAN);
+
+  fx_write (&f, v2, SECTOR, s3, 0);
+  fx_write (&f, v3, SECTOR, s9, 0);
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / BIG_CHUNK), ==, CS_DIRTY);
+  rb_get_stats (f.rb, &st);
+  if (chunkmap_sectors_set (&f.rb->map) != 2 || st.dirty_bytes != 2 * SECTOR)
+    g_error ("a write racing the capture of its chunk: %" PRIu64 " sector "
+             "bits, dirty_bytes %" PRIu64 " (want 2 and %d)",
+             chunkmap_sectors_set (&f.rb->map), st.dirty_bytes, 2 * SECTOR);
+
+  rb_atomic_store (&take_go, true);
+  ts_gate_wait (g);                     /* both sectors in flight */
+  rb_get_stats (f.rb, &st);
+  g_assert_cmpuint (chunkmap_sectors_set (&f.rb->map), ==, 0);
+  /* Two requests of a sector, or one over the gap between them. */
+  if (st.dirty_bytes != 0 || (st.inflight_bytes != 2 * SECTOR &&
+                              st.inflight_bytes != s9 + SECTOR - s3))
+    g_error ("the racing write's sectors taken by the flusher: "
+             "dirty_bytes %" PRIu64 " (want 0), inflight_bytes %" PRIu64
+             " (want the bytes of the store requests)",
+             st.dirty_bytes, st.inflight_bytes);
+  ts_gate_open (g);
+  ts_sync_until_ok (f.rb);
+  TS_WAIT (chunkmap_dirty (&f.rb->map) == 0, "X to be clean");
+  rb_get_stats (f.rb, &st);
+  g_assert_cmpuint (st.dirty_bytes, ==, 0);
+  g_assert_cmpuint (st.inflight_bytes, ==, 0);
+  g_assert_cmpuint (st.unsynced_bytes, ==, 0);
+  g_assert_cmpuint (chunkmap_sectors_set (&f.rb->map), ==, 0);
+  fx_finish (&f, "a write racing the capture of its chunk");
 }
 
 /* --- writethrough writes are on the store when they return ------------ */
@@ -2380,6 +2564,9 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sync-ticket", test_sync_ticket);
   g_test_add_func ("/interleave/sync-error-inflight",
                    test_sync_error_inflight);
+  g_test_add_func ("/interleave/dirty-max-sectors", test_dirty_max_sectors);
+  g_test_add_func ("/interleave/sector-count-capture",
+                   test_sector_count_capture);
   g_test_add_func ("/interleave/dirty-max-inflight",
                    test_dirty_max_inflight);
   g_test_add_func ("/interleave/writethrough-reaches-store",

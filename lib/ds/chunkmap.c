@@ -85,6 +85,7 @@ init_common (struct chunkmap *cm, bool existing)
     cm->loaded += PER_WORD - rb_popcount64 (fields_equal (word,
                                                                  CS_EMPTY));
     cm->dirty += rb_popcount64 (d);
+    cm->zero += rb_popcount64 (fields_equal (word, CS_ZERO));
     if (d)
       sumbits_set (&cm->dirty_hint, w);
   }
@@ -261,9 +262,12 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
   if (existing)
     for (w = 0; w < nsw; w++)
       cm->sect_set += (uint64_t) rb_popcount64 (cm->sect[w]);
-  /* A word at a time (the tail is parked CLEAN, never dirty). */
+  /* A word at a time (the tail is parked CLEAN, never dirty).  Not the
+   * ZERO chunks: they are written back whole, and a move to DIRTY sets
+   * all their bits (chunkmap.h, "Counting").
+   */
   for (w = 0; w < cm->nwords; w++) {
-    uint64_t d = fields_in (cm->words[w], CS_ANY_DIRTY);
+    uint64_t d = fields_equal (cm->words[w], CS_DIRTY);
     while (d) {
       uint64_t c = w * PER_WORD + rb_ctz64 (d) / 2;
       if (!existing || !chunk_has_bits (cm, c))
@@ -644,6 +648,10 @@ move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
       ddirty -= counts[s];
   }
   dloaded = counts[CS_EMPTY];
+  if (to == CS_ZERO && total)
+    rb_atomic_add (&cm->zero, total);
+  else if (to != CS_ZERO && counts[CS_ZERO])
+    rb_atomic_sub (&cm->zero, counts[CS_ZERO]);
   if (ddirty)
     rb_atomic_add (&cm->dirty, (uint64_t) ddirty);
   if (dloaded)

@@ -70,6 +70,27 @@
  * ZERO chunks alike.  Without sector bits (the kernel target), a DIRTY
  * chunk is written back whole.
  *
+ * Counting (the dirty limit, engine/io.c): sect_set counts the bits
+ * set, by what each RMW changed, so it is exact under any race: a bit
+ * set by a writer and taken by the flusher counts once, whichever comes
+ * first, and a bit set twice (a write racing the flusher's capture)
+ * once.  It is the dirty sectors but for bits left on chunks that are
+ * not DIRTY, which nothing can take without racing a writer:
+ *   - a writer's own, between its mark and its move (transient);
+ *   - a ZERO chunk's from before it was zeroed whole, which a zero
+ *     request leaves on the CLEAN chunk (above): stale until the chunk
+ *     is next written back, when they are taken with the rest.  A zero
+ *     cannot drop them itself: a write moving the chunk ZERO -> DIRTY
+ *     sets every bit before its CAS, and a drop between the two would
+ *     see ZERO still and take them, leaving a DIRTY chunk with none.
+ * So the limit counts min (dirty chunks whole, (sect_set + ZERO
+ * chunks) sectors): stale bits only ever overcount, never past what
+ * whole chunks counted, and not at all once nothing is dirty.  ZERO
+ * chunks count a sector each (one zero request).  A resumed map
+ * without bits marks its DIRTY chunks whole, not its ZERO ones (a
+ * ZERO chunk is written back whole, and a move to DIRTY sets all of
+ * its bits).
+ *
  * Partial chunks (optional, chunkmap_init_partial, with sector bits):
  * a chunk may be loaded a sector at a time, so that a miss costs what
  * it asks for.  Two more bitmaps:
@@ -142,6 +163,7 @@ struct chunkmap {
   struct sumbits dirty_hint;     /* words that may hold DIRTY/ZERO */
   struct sumbits empty_hint;     /* words that may hold EMPTY */
   uint64_t dirty;                /* DIRTY + ZERO chunks (atomic) */
+  uint64_t zero;                 /* ZERO chunks (atomic) */
   uint64_t loaded;               /* chunks not EMPTY (atomic) */
   bool words_external;           /* words belong to the caller */
   uint64_t *sect;                /* sector bits, NULL: none (see above) */
@@ -174,9 +196,9 @@ extern void chunkmap_free (struct chunkmap *cm);
 /* Add the sector bits, 2^per_chunk_shift per chunk: in 'words' (the
  * caller's, e.g. a RAM image file's), or allocated if words is NULL.
  * existing: words hold the bits from before (a resumed image), kept as
- * they are, with every sector set of a dirty chunk that has none.
- * Otherwise every sector of the chunks dirty now is set (a resumed map
- * without its bits: nothing finer is known).
+ * they are, with every sector set of a DIRTY chunk that has none.
+ * Otherwise every sector of the chunks DIRTY now is set (a resumed map
+ * without its bits: nothing finer is known); ZERO chunks need none.
  */
 extern int chunkmap_init_sectors (struct chunkmap *cm,
                                   unsigned per_chunk_shift,
@@ -339,7 +361,18 @@ chunkmap_dirty (const struct chunkmap *cm)
   return rb_atomic_load (&cm->dirty);
 }
 
-/* Sector bits set now (a bound on the dirty sectors, chunkmap_mark). */
+/* ZERO chunks now (of chunkmap_dirty). */
+static inline uint64_t
+chunkmap_zero (const struct chunkmap *cm)
+{
+  return rb_atomic_load (&cm->zero);
+}
+
+/* Sector bits set now: the dirty sectors (chunkmap_mark), what write
+ * back still has to send of the DIRTY chunks (the dirty limit counts
+ * them, engine/io.c), plus stale bits ("Counting" above).  Exact: each
+ * bit is counted by the RMW that set or cleared it, whatever the races.
+ */
 static inline uint64_t
 chunkmap_sectors_set (const struct chunkmap *cm)
 {

@@ -311,14 +311,15 @@ add_sectors (struct rb *rb, struct rb_io *ios, size_t *nio, size_t cap,
  */
 static uint64_t
 take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
-              size_t *nio, size_t cap)
+              uint64_t *weights, size_t *nio, size_t cap)
 {
   unsigned shift = rb->map.sect_per_chunk_shift;
   size_t first_io = *nio;
   uint64_t c, taken = 0;
 
   for (c = run->first; c < run->first + run->n; c++) {
-    uint64_t moved[4], s, end;
+    uint64_t moved[4], s, end, last_count = *nio ? ios[*nio - 1].count : 0;
+    size_t nio_before = *nio;
     bool whole;
 
     bool part, left = false;
@@ -333,6 +334,7 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
     while (s < end) {
       unsigned n = RB_MIN (end - s, 64 - s % 64);
       uint64_t b = chunkmap_take_bits (&rb->map, s, n);
+      uint64_t dirty = b;       /* the dirty sectors: what counts */
 
       if (whole)
         b = n == 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
@@ -342,20 +344,38 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
         chunkmap_mark_bits (&rb->map, s, inval);
         left |= inval != 0;
         b &= ~inval;
+        dirty &= ~inval;
       }
       while (b) {
         unsigned lo = rb_ctz64 (b), len;
-        uint64_t x = b >> lo;
+        uint64_t x = b >> lo, m;
 
         len = x == ~UINT64_C (0) ? 64 - lo : rb_ctz64 (~x);
+        m = lo + len >= 64 ? ~UINT64_C (0) << lo
+          : ((UINT64_C (1) << len) - 1) << lo;
         if (!add_sectors (rb, ios, nio, cap, first_io, s + lo, len)) {
           chunkmap_mark (&rb->map, s + lo, len);
           left = true;
+          dirty &= ~m;
         }
-        b = lo + len >= 64 ? 0 : b & (~UINT64_C (0) << (lo + len));
+        b &= ~m;
       }
+      /* The dirty limit counts the dirty sectors in flight, not what
+       * write back sends for them (a dense chunk whole): what leaves
+       * the dirty count is what enters the in-flight one (io.c).  On
+       * the last request, which holds some of them.
+       */
+      if (dirty && *nio > 0)
+        weights[*nio - 1] += (uint64_t) rb_popcount64 (dirty)
+          << rb->sector_shift;
       s += n;
     }
+    /* A chunk that turned ZERO counted a sector (io.c), bits or not:
+     * so does its write, which then never weighs nothing.
+     */
+    if (moved[CS_ZERO] && (*nio != nio_before ||
+                           (*nio && ios[*nio - 1].count != last_count)))
+      weights[*nio - 1] += UINT64_C (1) << rb->sector_shift;
     /* After the bits (chunkmap.h): dirty again, for a later sweep. */
     if (left)
       chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
@@ -421,7 +441,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   struct rb_run *runs = fs->runs;
   struct rb_io *ios = fs->ios;
   struct rl_node *nodes = fs->nodes;
-  uint64_t bytes = 0, gen;
+  uint64_t bytes = 0, gen, inflight = 0;
   int first_err = 0;
   size_t i, nio = 0;
 
@@ -435,6 +455,7 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
   }
   rangelock_acquire_batch (&rb->rl, nodes, k);
   gen = rbi_write_begin (rb);
+  memset (fs->weights, 0, sizeof fs->weights);
 
   for (i = 0; i < k; i++) {
     uint64_t off = nodes[i].start, len = nodes[i].end - nodes[i].start;
@@ -447,13 +468,15 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
     if (runs[i].kind == CS_ZERO)
       runs[i].taken = take_zero (rb, &runs[i], ios, &nio, cap, &fs->rewind);
     else if (rb->map.sect)
-      runs[i].taken = take_sectors (rb, &runs[i], ios, &nio, cap);
+      runs[i].taken = take_sectors (rb, &runs[i], ios, fs->weights, &nio,
+                                    cap);
     else {
       /* Whole chunks from RAM: a chunk of the run that turned ZERO or
        * was written meanwhile holds in RAM what the store must get.
        */
       runs[i].taken = chunkmap_move (&rb->map, runs[i].first, runs[i].n,
                                      CS_ANY_DIRTY, CS_CLEAN, NULL);
+      fs->weights[nio] = runs[i].taken << rb->chunk_shift;
       ios[nio++] = (struct rb_io) {
         .op = RB_IO_WRITE, .buf = rb->ram.base + off,
         .count = len, .offset = off,
@@ -461,6 +484,15 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
     }
     rb_atomic_add (&rb->inflight_chunks, runs[i].taken);
   }
+  /* In flight as the dirty limit counts it (io.c): what left the dirty
+   * count, a zero request's chunks a sector each.
+   */
+  for (i = 0; i < nio; i++) {
+    if (ios[i].op == RB_IO_ZERO)
+      fs->weights[i] = rbi_zero_weight (rb, ios[i].offset, ios[i].count);
+    inflight += fs->weights[i];
+  }
+  rb_atomic_add (&rb->inflight_bytes, inflight);
 
   if (nio > 0 && rb->store->ops->submit (rb->store, ios, nio) == -1)
     first_err = errno ? errno : EIO;
@@ -475,13 +507,15 @@ store_batch (struct rb *rb, struct rb_flusher_state *fs, size_t k,
         first_err = ios[i].err;
     }
     else {
-      rbi_write_done (rb, gen, ios[i].offset, ios[i].count);
+      rbi_write_done (rb, gen, ios[i].offset, ios[i].count,
+                      fs->weights[i]);
       rb_atomic_add (ios[i].op == RB_IO_ZERO ? &rb->zeroed_bytes
                      : &rb->stored_bytes, ios[i].count);
       if (ios[i].op == RB_IO_WRITE)
         bytes += ios[i].count;
     }
   }
+  rb_atomic_sub (&rb->inflight_bytes, inflight);
   for (i = 0; i < k; i++) {
     rb_atomic_sub (&rb->inflight_chunks, runs[i].taken);
     rangelock_release (&rb->rl, &nodes[i]);
@@ -925,7 +959,8 @@ rbi_write_begin (struct rb *rb)
 }
 
 void
-rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
+rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count,
+                uint64_t weight)
 {
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -936,8 +971,8 @@ rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
      */
     if (gen != rb->fail_gen)
       goto redirty;
-    x->bytes += count;
-    rb_atomic_add (&rb->unsynced_bytes, count);
+    x->bytes += weight;
+    rb_atomic_add (&rb->unsynced_bytes, weight);
     if (x->len > 0 && x->v[x->len - 1].offset + x->v[x->len - 1].count
         == offset)
       x->v[x->len - 1].count += count;
@@ -948,8 +983,8 @@ rbi_write_done (struct rb *rb, uint64_t gen, uint64_t offset, uint64_t count)
                                            cap * sizeof *v);
         if (v == NULL) {
           /* Cannot remember it: keep it dirty instead, which is safe. */
-          x->bytes -= count;
-          rb_atomic_sub (&rb->unsynced_bytes, count);
+          x->bytes -= weight;
+          rb_atomic_sub (&rb->unsynced_bytes, weight);
           goto redirty;
         }
         x->v = v;

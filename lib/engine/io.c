@@ -368,13 +368,68 @@ premark_dirty (struct rb *rb, const struct req *r)
  * limit (all of it must be made durable to drain).  Checked before the
  * write, so the limit can be exceeded by at most the writes in progress
  * at once (nbdkit threads x request size).
+ *
+ * What counts is what write back still has to send and sync, so that
+ * scattered small writes into large chunks are not held back as if
+ * they had dirtied the chunks whole:
+ *   - dirty: with sector bits (chunkmap.h), the dirty sectors (the bits
+ *     set, exact under races: chunkmap_sectors_set) and a sector per
+ *     ZERO chunk (written back with one zero request, and a sector is
+ *     the smallest thing write back sends), capped at the dirty chunks
+ *     whole (stale bits on chunks no longer dirty, chunkmap.h
+ *     "Counting", overcount at most up to that, and never hold writers
+ *     back once nothing is dirty);
+ *     without them (the kernel target) the dirty chunks whole, which is
+ *     what its write back sends;
+ *   - in flight: what the flusher took of that (flush.c, weights): the
+ *     dirty sectors, not the bytes it sends for them (a dense chunk goes
+ *     out whole, a short gap between dirty sectors is written over), so
+ *     that taking data in flight never raises the sum (a writer that
+ *     passed the throttle stays within it);
+ *   - unsynced: what was written back and not yet synced, weighed the
+ *     same way (rbi_write_done).
+ * A failed store or sync puts back to dirty every sector it wrote, so
+ * the sum may rise then (as it does when the limit drops).
+ * With journal=, chunks count whole, as before: txn.c counts the chunks
+ * of each transaction in flight (inflight_chunks) as it takes their
+ * sector bits at a commit point, and the sum must not rise there.
  */
+uint64_t
+rbi_dirty_bytes (struct rb *rb)
+{
+  uint64_t whole = chunkmap_dirty (&rb->map) << rb->chunk_shift, s;
+
+  if (rb->map.sect == NULL || rb->jops)
+    return whole;
+  s = (chunkmap_sectors_set (&rb->map) + chunkmap_zero (&rb->map))
+    << rb->sector_shift;
+  return RB_MIN (s, whole);
+}
+
+uint64_t
+rbi_inflight_bytes (struct rb *rb)
+{
+  if (rb->jops)
+    return rb_atomic_load (&rb->inflight_chunks) << rb->chunk_shift;
+  return rb_atomic_load (&rb->inflight_bytes);
+}
+
+uint64_t
+rbi_zero_weight (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  uint64_t c0, c1;
+
+  if (rb->map.sect == NULL || count == 0)
+    return count;
+  c0 = rbi_chunk_of (rb, offset);
+  c1 = rbi_chunk_of (rb, offset + count - 1);
+  return RB_MIN ((c1 - c0 + 1) << rb->sector_shift, count);
+}
+
 static bool
 over (struct rb *rb, uint64_t limit)
 {
-  return (chunkmap_dirty (&rb->map) +
-          rb_atomic_load (&rb->inflight_chunks)) *
-    (uint64_t) rb->chunk_size +
+  return rbi_dirty_bytes (rb) + rbi_inflight_bytes (rb) +
     rb_atomic_load (&rb->unsynced_bytes) >= limit;
 }
 
@@ -479,7 +534,9 @@ writethrough (struct rb *rb, const struct req *r)
     if (r->op == OP_WRITE)
       rb_atomic_add (&rb->written_through, 1);
     if (!fua)
-      rbi_write_done (rb, gen, r->offset, r->count);
+      rbi_write_done (rb, gen, r->offset, r->count,
+                      r->op == OP_WRITE ? r->count
+                      : rbi_zero_weight (rb, r->offset, r->count));
     rangelock_release (&rb->rl, &node);
     /* FUA: durable only if no sync failed since this write began. */
     if (!fua && (r->flags & RB_FUA) && rb->cfg.fsync_wait &&

@@ -91,7 +91,11 @@
  * sync, a reservation given back, a write-back batch, a stop.  Writers
  * never fail for want of RAM.  dirty-max= defaults to half of
  * ram-size= (rbi_recompute_limit), so that reads find clean chunks to
- * evict while write back catches up.
+ * evict while write back catches up.  The limit counts dirty sectors
+ * (io.c), and a chunk is evicted whole, so chunks with a few dirty
+ * sectors among resident clean ones may hold more of the budget than
+ * the limit says: then reservers wait here, as above, rather than
+ * writers at the limit.
  *
  * Lock order: slot_lock, sync_lock, a range, rb->lock; a reservation
  * is taken before the journal's gate, and the gate before a range.

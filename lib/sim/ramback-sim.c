@@ -201,6 +201,7 @@ static struct rb *idle_rb;      /* the engine, while it runs (idle_check) */
 /* The dirty limit (limit_track, limit_check) */
 static bool limit_armed;        /* T is meaningful */
 static uint64_t limit_failures; /* disk failures seen at the last point */
+static bool limit_failed;       /* not armed again since a failure */
 static uint64_t limit_owed;     /* chunks of the requests that may have
                                    passed the throttle since T */
 static uint32_t limit_counted[SIM_MAX_CLIENTS]; /* in limit_owed */
@@ -254,6 +255,7 @@ open_engine (void)
     sim_fail ("rb_start failed: %s", rb_get_error ());
   idle_rb = rb;
   limit_armed = false;
+  limit_failed = false;
 }
 
 /* Read the whole device and check it against what a restart may find. */
@@ -365,11 +367,32 @@ hint_set (const struct sumbits *sb, uint64_t i)
  * rest.
  */
 
+/* D as io.c counts it (rbi_dirty_bytes, rbi_inflight_bytes), from the
+ * fields themselves: their atomic loads are scheduling points.
+ */
+static uint64_t
+limit_dirty (void)
+{
+  const struct chunkmap *cm = &idle_rb->map;
+  uint64_t whole = cm->dirty << idle_rb->chunk_shift, s;
+
+  if (cm->sect == NULL || idle_rb->jops)
+    return whole;
+  s = (cm->sect_set + cm->zero) << idle_rb->sector_shift;
+  return s < whole ? s : whole;
+}
+
+static uint64_t
+limit_inflight (void)
+{
+  return idle_rb->jops ? idle_rb->inflight_chunks << idle_rb->chunk_shift
+    : idle_rb->inflight_bytes;
+}
+
 static uint64_t
 limit_d (void)
 {
-  return (idle_rb->map.dirty + idle_rb->inflight_chunks) *
-    (uint64_t) idle_rb->chunk_size + idle_rb->unsynced_bytes;
+  return limit_dirty () + limit_inflight () + idle_rb->unsynced_bytes;
 }
 
 /* What one request may add to D: its chunks twice.  A request dirties
@@ -426,6 +449,7 @@ limit_track (void)
   if (failures != limit_failures) {
     limit_failures = failures;
     limit_armed = false;
+    limit_failed = true;
   }
   /* Writethrough (the mode is read once per request) and FUA writes
    * with fsync=wait do not wait for the throttle: they count whatever D
@@ -448,18 +472,55 @@ limit_check (void)
   if (!limit_applies ())
     return;
   d = limit_d ();
-  if (d < sim->cfg.dirty_max) {
+  /* After a failure, what it puts back to dirty may weigh more than it
+   * did in flight or unsynced (a zero request counts a sector a chunk,
+   * a request stretched over a gap the gap's sectors: put back, all
+   * their sectors), and the flusher puts it back one request at a time:
+   * armed again only once nothing is in flight or unsynced.
+   */
+  if (d < sim->cfg.dirty_max &&
+      (!limit_failed || (limit_inflight () == 0 &&
+                         idle_rb->unsynced_bytes == 0))) {
+    limit_failed = false;
     limit_armed = true;
     limit_owe (true, false);
   }
   else if (limit_armed && d >= sim->cfg.dirty_max + limit_owed)
-    sim_fail ("at rest: over the dirty limit: %" PRIu64 " dirty and %"
-              PRIu64 " in-flight chunks of %" PRIu32 " bytes and %" PRIu64
-              " unsynced bytes make %" PRIu64 ", dirty-max=%" PRIu64
+    sim_fail ("at rest: over the dirty limit: %" PRIu64 " dirty bytes (%"
+              PRIu64 " chunks of %" PRIu32 "), %" PRIu64 " in flight and %"
+              PRIu64 " unsynced make %" PRIu64 ", dirty-max=%" PRIu64
               " plus %" PRIu64 " for the requests that may have passed "
-              "the throttle since it was last below", idle_rb->map.dirty,
-              idle_rb->inflight_chunks, idle_rb->chunk_size,
+              "the throttle since it was last below",
+              limit_dirty (), idle_rb->map.dirty,
+              idle_rb->chunk_size, limit_inflight (),
               idle_rb->unsynced_bytes, d, sim->cfg.dirty_max, limit_owed);
+}
+
+/* At rest, the dirty limit's count of dirty data (io.c,
+ * rbi_dirty_bytes) is what the states and the sector bits say:
+ * min (dirty chunks whole, (sector bits set + ZERO chunks) sectors),
+ * counted here from the bits and the states, not the counters (with
+ * journal=, the dirty chunks whole).
+ */
+static void
+dirty_sectors_check (const struct chunkmap *cm, uint64_t dirty,
+                     uint64_t zero)
+{
+  uint64_t w, nw, bits = 0, whole, want, got;
+
+  nw = ((cm->nchunks << cm->sect_per_chunk_shift) + 63) / 64;
+  for (w = 0; w < nw; w++)
+    bits += __builtin_popcountll (cm->sect[w]);
+  whole = dirty << idle_rb->chunk_shift;
+  want = (bits + zero) << idle_rb->sector_shift;
+  if (want > whole || idle_rb->jops)
+    want = whole;
+  got = limit_dirty ();
+  if (got != want)
+    sim_fail ("at rest: the dirty limit counts %" PRIu64 " dirty bytes, "
+              "the sector bits (%" PRIu64 ") and states (%" PRIu64
+              " dirty, %" PRIu64 " ZERO) say %" PRIu64, got, bits, dirty,
+              zero, want);
 }
 
 /* At rest, the resident sectors (the ram-size= budget, chunkmap.h) are
@@ -498,7 +559,7 @@ static void
 idle_check (void)
 {
   const struct chunkmap *cm;
-  uint64_t c, w, dirty = 0, loaded = 0, sect = 0, part = 0, nw;
+  uint64_t c, w, dirty = 0, loaded = 0, sect = 0, part = 0, nw, zero = 0;
 
   if (idle_rb == NULL)
     return;
@@ -506,6 +567,8 @@ idle_check (void)
   for (c = 0; c < cm->nchunks; c++) {
     unsigned st = (cm->words[c / 32] >> (c % 32 * 2)) & 3;
 
+    if (st == CS_ZERO)
+      zero++;
     if (st == CS_DIRTY || st == CS_ZERO) {
       dirty++;
       if (!hint_set (&cm->dirty_hint, c / 32))
@@ -532,6 +595,11 @@ idle_check (void)
               " (%" PRIu64 "), sector bits %" PRIu64 " (%" PRIu64 "), "
               "partial %" PRIu64 " (%" PRIu64 ")", cm->dirty, dirty,
               cm->loaded, loaded, cm->sect_set, sect, cm->npartial, part);
+  if (zero != cm->zero)
+    sim_fail ("at rest: the chunk map counts %" PRIu64 " ZERO chunks, its "
+              "states say %" PRIu64, cm->zero, zero);
+  if (cm->sect)
+    dirty_sectors_check (cm, dirty, zero);
   if (cm->part)
     resident_check (cm);
   if (idle_rb->inflight_chunks > (UINT64_C (1) << 62) ||
