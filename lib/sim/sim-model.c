@@ -478,12 +478,21 @@ pit_ranges (uint32_t u, int64_t v, struct pit_range *out,
   uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i, k;
   int nr = 0;
 
-  /* A write whose process died, unordered from its start on. */
-  for (i = 0; i < norphans; i++)
-    if (rec (orphans[i])->value == v && covers (rec (orphans[i]), u)) {
-      out[nr++] = (struct pit_range) { rec (orphans[i])->start, UINT64_MAX };
-      break;
-    }
+  /* A write whose process died, unordered from its start on.  Zeroes
+   * are one value for every zero request: of several over the unit
+   * (two clients' zeroes in flight at the crash), the one that began
+   * first, not the newest, says from when the unit may hold them.
+   */
+  {
+    uint64_t first = UINT64_MAX;
+
+    for (i = 0; i < norphans; i++)
+      if (rec (orphans[i])->value == v && covers (rec (orphans[i]), u) &&
+          rec (orphans[i])->start < first)
+        first = rec (orphans[i])->start;
+    if (first != UINT64_MAX)
+      out[nr++] = (struct pit_range) { first, UINT64_MAX };
+  }
   for (i = 0; i < n; i++) {
     const struct sim_rec *c = rec (h->ids[(h->total - 1 - i) % SIM_HIST]);
     uint64_t start = c->start, end = c->end, hi = UINT64_MAX;
