@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "internal.h"
 #include "journal.h"
@@ -241,13 +242,15 @@ __wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
  * scribble_copy changes the source buffer of its write right after the
  * bytes reached RAM, as a racy application may change the pages of a
  * write it has handed to the kernel while that write is in flight.
+ * One that set crash_copy ends the process there instead, as a kill -9
+ * between a write's copy and its move of the chunk states would.
  */
 extern void __real_ramimage_copy_in (struct ramimage *ri, uint64_t off,
                                      const void *buf, uint64_t len);
 void __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off,
                               const void *buf, uint64_t len);
 
-static __thread bool scribble_copy;
+static __thread bool scribble_copy, crash_copy;
 
 void
 __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
@@ -256,6 +259,8 @@ __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
   __real_ramimage_copy_in (ri, off, buf, len);
   if (scribble_copy)
     memset ((void *) buf, 0x5a, len);
+  if (crash_copy)
+    _exit (0);
 }
 
 /* --- fixture --------------------------------------------------------- */
@@ -1657,6 +1662,77 @@ test_zero_nb_window (void)
   unlink (ram);
 }
 
+/* With a ram= image (resume): a write of chunk X whole, X EMPTY (not
+ * loaded: populate=false) over a hole of the backing store, and a
+ * crash right after its copy reached RAM, before X left EMPTY (a chunk
+ * a write covers whole stays EMPTY until its copy is complete, io.c).
+ * The resume finds X EMPTY, and populate marks the hole CLEAN without
+ * reading it: RAM must hold zeroes there then, not the data of the
+ * write cut short, which no write back would ever store.  The crash is
+ * a child process ending in the copy; the store is a file, which
+ * outlives it.
+ */
+static void
+test_resume_empty_ram (void)
+{
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL;
+  g_autofree uint8_t *got = g_malloc (CHUNK), *stored = g_malloc (CHUNK);
+  uint64_t x = 5 * CHUNK;
+  struct rb_config c = { .chunk_size = CHUNK, .store.tls_verify_peer = -1 };
+  struct rb *rb;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL)
+    return;
+  path = g_strdup_printf ("%s-store", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, SIZE), ==, 0);        /* all a hole */
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    uint8_t *d = g_malloc (CHUNK);
+
+    c.populate = false;
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1)
+      _exit (2);
+    memset (d, 0xa5, CHUNK);
+    crash_copy = true;
+    rb_pwrite (rb, d, CHUNK, x, 0);
+    _exit (3);                  /* the copy did not end the process */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  c.populate = true;
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("rb_open after the crash: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, CHUNK, x), ==, 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, stored, CHUNK, x), ==, CHUNK);
+  close (fd);
+  if (memcmp (got, stored, CHUNK) != 0)
+    g_error ("resume after a crash: chunk %" PRIu64 " read %02x (the data "
+             "of a write cut short by the crash), the store holds %02x after "
+             "a clean stop: populate marked the store's hole CLEAN over what "
+             "the crash left in RAM", x / CHUNK, got[0], stored[0]);
+  unlink (path);
+  unlink (ram);
+}
+
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
  * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
  * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
@@ -2601,6 +2677,7 @@ main (int argc, char *argv[])
                    test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
+  g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);
