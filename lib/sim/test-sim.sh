@@ -43,6 +43,11 @@ done
 # let the unit hold zeroes only from the newer one's start, after a
 # zero the device rightly did not hold yet, and found no point in time.
 "$sim" --seed=107 --ops=2000
+# Another: a unit's newest durable write (a FUA write) was the oldest of
+# the writes kept per unit, and a write concurrent with it, answered
+# before it, was beyond them: the crash check took the unit holding
+# that write's data for a lost durable write.
+"$sim" --seed=257 --ops=2000
 # Seed 1046 found a bug (a whole-chunk trim, then a FUA write into part
 # of that chunk: after FLUSH the store held the old data in the rest of
 # the chunk) that later changes moved out of its trace, not known fixed.
