@@ -594,6 +594,64 @@ test_sector_write_during_store (void)
   fx_finish (&f, "sector writes during the write back of their chunk");
 }
 
+/* 64 KiB chunks, populate on, fsync=wait: a FUA write of one sector of
+ * chunk X, EMPTY, goes through to the store and is held there, X EMPTY
+ * and partial meanwhile (io.c, writethrough: P before the copy, X
+ * leaves EMPTY once the store has the sector).  Populate cannot load X
+ * whole and must go past it, then wait for X's range to fill in the
+ * rest, not spin: its scan took X's run as empty (partial) and looked
+ * for the next EMPTY chunk from X, which is X, for as long as the write
+ * was in flight (forever in the simulator, whose time stands still
+ * while a thread spins: seed 977 with two more atomic loads in over()).
+ */
+static void
+test_populate_past_partial (void)
+{
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true, .store.tls_verify_peer = -1 };
+  uint64_t x = 5 * BIG_CHUNK, s3 = x + 3 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "writer" };
+  struct ts_gate *g;
+  struct fx f;
+  struct job w;
+
+  fx_open_cfg (&f, 131, &c, false);
+  g = ts_gate_arm (f.ts, &m, 0);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE,
+                     .buf = fx_random (&f, SECTOR), .len = SECTOR,
+                     .off = s3, .flags = RB_FUA };
+  job_start (&w);
+  ts_gate_wait (g);
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / BIG_CHUNK), ==, CS_EMPTY);
+  g_assert_true (chunkmap_partial (&f.rb->map, x / BIG_CHUNK));
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  /* Within half the gate's own time-out, so that this says why. */
+  {
+    gint64 end = g_get_monotonic_time () +
+      (gint64) TS_TIMEOUT_S / 2 * G_USEC_PER_SEC;
+
+    while (!(waiters (&f.rb->rl.released) > 0 &&
+             chunkmap_loaded (&f.rb->map) == SIZE / BIG_CHUNK - 1)) {
+      if (g_get_monotonic_time () > end)
+        g_error ("populate did not wait for the range of chunk %" PRIu64
+                 " (EMPTY, partial, a write of part of it in flight) after "
+                 "loading the others: %" PRIu64 " of %d chunks loaded, %d "
+                 "threads waiting for a range", x / BIG_CHUNK,
+                 chunkmap_loaded (&f.rb->map), SIZE / BIG_CHUNK,
+                 waiters (&f.rb->rl.released));
+      g_usleep (200);
+    }
+  }
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + s3, w.buf, SECTOR);
+  g_free (w.buf);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_finish (&f, "populate past a chunk loaded in part");
+}
+
 /* A write back of one sector fails: the sync that covers it fails, the
  * sectors stay dirty, and only what failed is written again, which the
  * store then takes.  Each step is held at a gate, so the flusher's
@@ -2678,6 +2736,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
   g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
+  g_test_add_func ("/interleave/populate-past-partial",
+                   test_populate_past_partial);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);
