@@ -2143,6 +2143,51 @@ test_zero_run_then_writethrough (void)
                        "a writethrough write into a collected zero run");
 }
 
+/* --- a DIRTY run's chunk zeroed before the flusher takes it ----------- */
+
+/* 4 KiB chunks: a sector bit each.  Chunk X is written (DIRTY, its bit
+ * set) and the flusher collects it in a DIRTY run; before it locks the
+ * run, a zero over X whole makes it ZERO, its bit left set (stale,
+ * chunkmap.h).  The flusher then writes X whole from RAM, held at the
+ * store: in flight it must weigh no more than X left the dirty count
+ * (io.c, over()), which counts at most a chunk for it (the dirty chunks
+ * whole cap the sectors), not its bit and its ZERO sector both.
+ */
+static void
+test_zeroed_in_dirty_run_weight (void)
+{
+  struct fx f;
+  uint64_t x = 30 * CHUNK;
+  struct ts_match mw = { .ops = TS_WRITE, .offset = x, .count = CHUNK,
+                         .tag = "" };
+  g_autofree uint8_t *v = NULL;
+  struct ts_gate *g;
+  uint64_t inflight;
+
+  fx_open (&f, 137, false, true, true, 0);
+  ts_set_tag ("test");
+  rb_atomic_store (&hold_batch, true);
+  v = fx_random (&f, CHUNK);
+  fx_write (&f, v, CHUNK, x, 0);
+  TS_WAIT (rb_atomic_load (&batch_held),
+           "the flusher to collect the DIRTY run");
+  g_assert_cmpint (rb_zero (f.rb, CHUNK, x, 0), ==, 0);
+  memset (f.model + x, 0, CHUNK);
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / CHUNK), ==, CS_ZERO);
+  g = ts_gate_arm (f.ts, &mw, 0);
+  rb_atomic_store (&batch_go, true);
+  ts_gate_wait (g);
+  inflight = rb_atomic_load (&f.rb->inflight_bytes);
+  if (inflight > CHUNK)
+    g_error ("chunk %" PRIu64 ", zeroed after the flusher collected it in "
+             "a DIRTY run, weighs %" PRIu64 " bytes in flight, more than "
+             "the chunk (%d) it left the dirty count by at most",
+             x / CHUNK, inflight, CHUNK);
+  ts_gate_open (g);
+  ts_set_tag (NULL);
+  fx_finish (&f, "a DIRTY run's chunk zeroed before it was taken");
+}
+
 /* --- block status while a write back is in flight -------------------- */
 
 /* rb_extents on its own thread: the type of the first extent at off. */
@@ -2734,6 +2779,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/journal-failed-commit",
                    test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
+  g_test_add_func ("/interleave/zeroed-in-dirty-run-weight",
+                   test_zeroed_in_dirty_run_weight);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
   g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
   g_test_add_func ("/interleave/populate-past-partial",
