@@ -599,7 +599,11 @@ model_check_point_in_time (const uint8_t *buf, const char *what)
     }
   }
   /* None: name a unit that allows nothing at or after the floor, or
-   * two whose ranges do not meet.
+   * two whose ranges do not meet: the one whose earliest time at or
+   * after the floor is latest, and the one whose latest is earliest
+   * (ranges wholly before the floor left out: a unit that may hold a
+   * value from long ago, or only from the newest write, is not bounded
+   * from below by the old range).
    */
   {
     char why[700], whyb[700];
@@ -612,8 +616,11 @@ model_check_point_in_time (const uint8_t *buf, const char *what)
       if (nr[u] < 0)
         continue;
       for (i = 0; i < nr[u]; i++) {
-        lo = RB_MIN (lo, r[(size_t) u * (SIM_HIST + 2) + i].lo);
-        hi = RB_MAX (hi, r[(size_t) u * (SIM_HIST + 2) + i].hi);
+        const struct pit_range *g = &r[(size_t) u * (SIM_HIST + 2) + i];
+        if (g->hi < floor)
+          continue;
+        lo = RB_MIN (lo, RB_MAX (g->lo, floor));
+        hi = RB_MAX (hi, g->hi);
       }
       if (nr[u] == 0 || hi < floor) {
         a = b = u;
