@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "internal.h"
 #include "journal.h"
@@ -241,13 +242,15 @@ __wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
  * scribble_copy changes the source buffer of its write right after the
  * bytes reached RAM, as a racy application may change the pages of a
  * write it has handed to the kernel while that write is in flight.
+ * One that set crash_copy ends the process there instead, as a kill -9
+ * between a write's copy and its move of the chunk states would.
  */
 extern void __real_ramimage_copy_in (struct ramimage *ri, uint64_t off,
                                      const void *buf, uint64_t len);
 void __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off,
                               const void *buf, uint64_t len);
 
-static __thread bool scribble_copy;
+static __thread bool scribble_copy, crash_copy;
 
 void
 __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
@@ -256,6 +259,8 @@ __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
   __real_ramimage_copy_in (ri, off, buf, len);
   if (scribble_copy)
     memset ((void *) buf, 0x5a, len);
+  if (crash_copy)
+    _exit (0);
 }
 
 /* --- fixture --------------------------------------------------------- */
@@ -587,6 +592,64 @@ test_sector_write_during_store (void)
   fx_write (&f, v3, 100, s9 + 7, 0);
   ts_gate_open (g);
   fx_finish (&f, "sector writes during the write back of their chunk");
+}
+
+/* 64 KiB chunks, populate on, fsync=wait: a FUA write of one sector of
+ * chunk X, EMPTY, goes through to the store and is held there, X EMPTY
+ * and partial meanwhile (io.c, writethrough: P before the copy, X
+ * leaves EMPTY once the store has the sector).  Populate cannot load X
+ * whole and must go past it, then wait for X's range to fill in the
+ * rest, not spin: its scan took X's run as empty (partial) and looked
+ * for the next EMPTY chunk from X, which is X, for as long as the write
+ * was in flight (forever in the simulator, whose time stands still
+ * while a thread spins: seed 977 with two more atomic loads in over()).
+ */
+static void
+test_populate_past_partial (void)
+{
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true, .store.tls_verify_peer = -1 };
+  uint64_t x = 5 * BIG_CHUNK, s3 = x + 3 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "writer" };
+  struct ts_gate *g;
+  struct fx f;
+  struct job w;
+
+  fx_open_cfg (&f, 131, &c, false);
+  g = ts_gate_arm (f.ts, &m, 0);
+  w = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE,
+                     .buf = fx_random (&f, SECTOR), .len = SECTOR,
+                     .off = s3, .flags = RB_FUA };
+  job_start (&w);
+  ts_gate_wait (g);
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / BIG_CHUNK), ==, CS_EMPTY);
+  g_assert_true (chunkmap_partial (&f.rb->map, x / BIG_CHUNK));
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  /* Within half the gate's own time-out, so that this says why. */
+  {
+    gint64 end = g_get_monotonic_time () +
+      (gint64) TS_TIMEOUT_S / 2 * G_USEC_PER_SEC;
+
+    while (!(waiters (&f.rb->rl.released) > 0 &&
+             chunkmap_loaded (&f.rb->map) == SIZE / BIG_CHUNK - 1)) {
+      if (g_get_monotonic_time () > end)
+        g_error ("populate did not wait for the range of chunk %" PRIu64
+                 " (EMPTY, partial, a write of part of it in flight) after "
+                 "loading the others: %" PRIu64 " of %d chunks loaded, %d "
+                 "threads waiting for a range", x / BIG_CHUNK,
+                 chunkmap_loaded (&f.rb->map), SIZE / BIG_CHUNK,
+                 waiters (&f.rb->rl.released));
+      g_usleep (200);
+    }
+  }
+  ts_gate_open (g);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  memcpy (f.model + s3, w.buf, SECTOR);
+  g_free (w.buf);
+  g_assert_cmpint (rb_wait_populated (f.rb, TS_TIMEOUT_S * 1000), ==, 0);
+  fx_finish (&f, "populate past a chunk loaded in part");
 }
 
 /* A write back of one sector fails: the sync that covers it fails, the
@@ -1657,6 +1720,77 @@ test_zero_nb_window (void)
   unlink (ram);
 }
 
+/* With a ram= image (resume): a write of chunk X whole, X EMPTY (not
+ * loaded: populate=false) over a hole of the backing store, and a
+ * crash right after its copy reached RAM, before X left EMPTY (a chunk
+ * a write covers whole stays EMPTY until its copy is complete, io.c).
+ * The resume finds X EMPTY, and populate marks the hole CLEAN without
+ * reading it: RAM must hold zeroes there then, not the data of the
+ * write cut short, which no write back would ever store.  The crash is
+ * a child process ending in the copy; the store is a file, which
+ * outlives it.
+ */
+static void
+test_resume_empty_ram (void)
+{
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL;
+  g_autofree uint8_t *got = g_malloc (CHUNK), *stored = g_malloc (CHUNK);
+  uint64_t x = 5 * CHUNK;
+  struct rb_config c = { .chunk_size = CHUNK, .store.tls_verify_peer = -1 };
+  struct rb *rb;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL)
+    return;
+  path = g_strdup_printf ("%s-store", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, SIZE), ==, 0);        /* all a hole */
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    uint8_t *d = g_malloc (CHUNK);
+
+    c.populate = false;
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1)
+      _exit (2);
+    memset (d, 0xa5, CHUNK);
+    crash_copy = true;
+    rb_pwrite (rb, d, CHUNK, x, 0);
+    _exit (3);                  /* the copy did not end the process */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  c.populate = true;
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("rb_open after the crash: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, CHUNK, x), ==, 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, stored, CHUNK, x), ==, CHUNK);
+  close (fd);
+  if (memcmp (got, stored, CHUNK) != 0)
+    g_error ("resume after a crash: chunk %" PRIu64 " read %02x (the data "
+             "of a write cut short by the crash), the store holds %02x after "
+             "a clean stop: populate marked the store's hole CLEAN over what "
+             "the crash left in RAM", x / CHUNK, got[0], stored[0]);
+  unlink (path);
+  unlink (ram);
+}
+
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
  * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
  * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
@@ -2007,6 +2141,51 @@ test_zero_run_then_writethrough (void)
 {
   zero_run_then_write (103, true,
                        "a writethrough write into a collected zero run");
+}
+
+/* --- a DIRTY run's chunk zeroed before the flusher takes it ----------- */
+
+/* 4 KiB chunks: a sector bit each.  Chunk X is written (DIRTY, its bit
+ * set) and the flusher collects it in a DIRTY run; before it locks the
+ * run, a zero over X whole makes it ZERO, its bit left set (stale,
+ * chunkmap.h).  The flusher then writes X whole from RAM, held at the
+ * store: in flight it must weigh no more than X left the dirty count
+ * (io.c, over()), which counts at most a chunk for it (the dirty chunks
+ * whole cap the sectors), not its bit and its ZERO sector both.
+ */
+static void
+test_zeroed_in_dirty_run_weight (void)
+{
+  struct fx f;
+  uint64_t x = 30 * CHUNK;
+  struct ts_match mw = { .ops = TS_WRITE, .offset = x, .count = CHUNK,
+                         .tag = "" };
+  g_autofree uint8_t *v = NULL;
+  struct ts_gate *g;
+  uint64_t inflight;
+
+  fx_open (&f, 137, false, true, true, 0);
+  ts_set_tag ("test");
+  rb_atomic_store (&hold_batch, true);
+  v = fx_random (&f, CHUNK);
+  fx_write (&f, v, CHUNK, x, 0);
+  TS_WAIT (rb_atomic_load (&batch_held),
+           "the flusher to collect the DIRTY run");
+  g_assert_cmpint (rb_zero (f.rb, CHUNK, x, 0), ==, 0);
+  memset (f.model + x, 0, CHUNK);
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / CHUNK), ==, CS_ZERO);
+  g = ts_gate_arm (f.ts, &mw, 0);
+  rb_atomic_store (&batch_go, true);
+  ts_gate_wait (g);
+  inflight = rb_atomic_load (&f.rb->inflight_bytes);
+  if (inflight > CHUNK)
+    g_error ("chunk %" PRIu64 ", zeroed after the flusher collected it in "
+             "a DIRTY run, weighs %" PRIu64 " bytes in flight, more than "
+             "the chunk (%d) it left the dirty count by at most",
+             x / CHUNK, inflight, CHUNK);
+  ts_gate_open (g);
+  ts_set_tag (NULL);
+  fx_finish (&f, "a DIRTY run's chunk zeroed before it was taken");
 }
 
 /* --- block status while a write back is in flight -------------------- */
@@ -2600,7 +2779,12 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/journal-failed-commit",
                    test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
+  g_test_add_func ("/interleave/zeroed-in-dirty-run-weight",
+                   test_zeroed_in_dirty_run_weight);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
+  g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
+  g_test_add_func ("/interleave/populate-past-partial",
+                   test_populate_past_partial);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
   g_test_add_func ("/interleave/zero-run-then-writethrough",
                    test_zero_run_then_writethrough);

@@ -319,6 +319,7 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
 
   for (c = run->first; c < run->first + run->n; c++) {
     uint64_t moved[4], s, end, last_count = *nio ? ios[*nio - 1].count : 0;
+    uint64_t weighed = 0;       /* sectors of c weighed in flight */
     size_t nio_before = *nio;
     bool whole;
 
@@ -365,16 +366,24 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
        * the dirty count is what enters the in-flight one (io.c).  On
        * the last request, which holds some of them.
        */
-      if (dirty && *nio > 0)
+      if (dirty && *nio > 0) {
         weights[*nio - 1] += (uint64_t) rb_popcount64 (dirty)
           << rb->sector_shift;
+        weighed += (uint64_t) rb_popcount64 (dirty);
+      }
       s += n;
     }
     /* A chunk that turned ZERO counted a sector (io.c), bits or not:
-     * so does its write, which then never weighs nothing.
+     * so does its write, which then never weighs nothing.  Never more
+     * than the chunk's sectors, though: the dirty count is capped at
+     * the dirty chunks whole, so a ZERO chunk with stale bits set (a
+     * bit per sector of a 512-byte chunk) left it by a chunk at least
+     * but maybe no more, and its bits and its sector both in flight
+     * would raise the sum (io.c: taking data in flight never raises it).
      */
     if (moved[CS_ZERO] && (*nio != nio_before ||
-                           (*nio && ios[*nio - 1].count != last_count)))
+                           (*nio && ios[*nio - 1].count != last_count)) &&
+        weighed < (UINT64_C (1) << shift))
       weights[*nio - 1] += UINT64_C (1) << rb->sector_shift;
     /* After the bits (chunkmap.h): dirty again, for a later sweep. */
     if (left)

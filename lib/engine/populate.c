@@ -489,7 +489,10 @@ load_batch (struct rb *rb, struct rb_populator_state *ps, uint64_t c,
         next = limit;
         break;
       }
-      next = e;
+      /* EMPTY but partial (a writethrough write of part of it in
+       * flight): not a whole-chunk load; populate_step fills it.
+       */
+      next = e > next ? e : next + 1;
       continue;
     }
     runs[k][0] = next;
@@ -630,9 +633,12 @@ populate_step (struct rb *rb, struct rb_populator_state *ps, bool yielding,
     return RB_STEP_DONE;
   p = chunkmap_next_partial (&rb->map, ps->c);
   ps->c = chunkmap_next (&rb->map, ps->c, CS_BIT (CS_EMPTY));
-  if (p != UINT64_MAX && p < ps->c) {
+  if (p != UINT64_MAX && p <= ps->c) {
     /* A chunk loaded in part on demand (or written in part): the rest
-     * of it, sectors of the store in its gaps.
+     * of it, sectors of the store in its gaps.  Still EMPTY (p ==
+     * ps->c: a writethrough write of part of it in flight), it is
+     * filled once that write is done, under its range; load_batch
+     * cannot take it whole.
      */
     ps->wrapped = false;
     ps->c = p;

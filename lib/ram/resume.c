@@ -48,7 +48,13 @@
  * unflushed writes when our connection dies.
  *
  * At start (rbi_resume_map), for a resumed map: EMPTY chunks lose their
- * NB bit and are populated; ZERO chunks are zeroed in RAM again (a zero
+ * NB bit and are populated, their RAM zeroed first (populate marks a
+ * hole of the store CLEAN without reading it, taking RAM for zeroes
+ * there, and a crash may have left anything under an EMPTY state: the
+ * copy of a write cut short, which keeps the chunks it covers whole
+ * EMPTY until it is complete (io.c), or the data of a chunk whose
+ * eviction was cut short between its move to EMPTY and the return of
+ * its memory); ZERO chunks are zeroed in RAM again (a zero
  * cut short by the crash may have left old bytes under a ZERO state);
  * CLEAN chunks with NB become DIRTY, every sector of them, and so do
  * the sector bits of DIRTY chunks with NB (a writethrough write into a
@@ -315,6 +321,20 @@ rbi_resume_map (struct rb *rb)
         break;
       }
     }
+  }
+  /* EMPTY chunks hold zeroes, as in a new image (see the top). */
+  for (c = 0; (c = chunkmap_next (&rb->map, c, CS_BIT (CS_EMPTY))) <
+         rb->nchunks; ) {
+    uint64_t n = chunkmap_run (&rb->map, c, rb->nchunks - c,
+                               CS_BIT (CS_EMPTY));
+
+    if (n == 0) {
+      c++;
+      continue;
+    }
+    ramimage_zero (&rb->ram, rbi_chunk_offset (rb, c),
+                   rbi_chunks_bytes (rb, c, n));
+    c += n;
   }
   resume_partial (rb);
   to_write = chunkmap_dirty (&rb->map);

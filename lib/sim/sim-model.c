@@ -26,9 +26,11 @@
  * died before answering it (orphan).  What the restart finds is noted
  * as an alias record, so that later reads and crashes count from it.
  *
- * A unit with more than SIM_HIST writes since its newest durable one is
- * not checked after a crash (the model does not know how far back it
- * may go); with syncs in every workload that is rare.
+ * A unit whose history kept (SIM_HIST writes) does not reach back from
+ * its newest durable one D to a write that ended before D began is not
+ * checked after a crash (the model does not know how far back it may
+ * go, nor which older writes were concurrent with D); with syncs in
+ * every workload that is rare.
  */
 
 #include <config.h>
@@ -268,7 +270,11 @@ crash_allows (uint32_t u, int64_t v)
     if (d == NULL && durable (r))
       d = r;
   }
-  return d ? 0 : -1;
+  /* The history kept ends before a write that ended before D began:
+   * older writes, acknowledged before D but concurrent with it, may
+   * hold v.
+   */
+  return d && h->total <= SIM_HIST ? 0 : -1;
 }
 
 /* Was v the only value a read of u that began at ts could return?  If
@@ -478,12 +484,21 @@ pit_ranges (uint32_t u, int64_t v, struct pit_range *out,
   uint32_t n = h->total < SIM_HIST ? h->total : SIM_HIST, i, k;
   int nr = 0;
 
-  /* A write whose process died, unordered from its start on. */
-  for (i = 0; i < norphans; i++)
-    if (rec (orphans[i])->value == v && covers (rec (orphans[i]), u)) {
-      out[nr++] = (struct pit_range) { rec (orphans[i])->start, UINT64_MAX };
-      break;
-    }
+  /* A write whose process died, unordered from its start on.  Zeroes
+   * are one value for every zero request: of several over the unit
+   * (two clients' zeroes in flight at the crash), the one that began
+   * first, not the newest, says from when the unit may hold them.
+   */
+  {
+    uint64_t first = UINT64_MAX;
+
+    for (i = 0; i < norphans; i++)
+      if (rec (orphans[i])->value == v && covers (rec (orphans[i]), u) &&
+          rec (orphans[i])->start < first)
+        first = rec (orphans[i])->start;
+    if (first != UINT64_MAX)
+      out[nr++] = (struct pit_range) { first, UINT64_MAX };
+  }
   for (i = 0; i < n; i++) {
     const struct sim_rec *c = rec (h->ids[(h->total - 1 - i) % SIM_HIST]);
     uint64_t start = c->start, end = c->end, hi = UINT64_MAX;
@@ -584,7 +599,11 @@ model_check_point_in_time (const uint8_t *buf, const char *what)
     }
   }
   /* None: name a unit that allows nothing at or after the floor, or
-   * two whose ranges do not meet.
+   * two whose ranges do not meet: the one whose earliest time at or
+   * after the floor is latest, and the one whose latest is earliest
+   * (ranges wholly before the floor left out: a unit that may hold a
+   * value from long ago, or only from the newest write, is not bounded
+   * from below by the old range).
    */
   {
     char why[700], whyb[700];
@@ -597,8 +616,11 @@ model_check_point_in_time (const uint8_t *buf, const char *what)
       if (nr[u] < 0)
         continue;
       for (i = 0; i < nr[u]; i++) {
-        lo = RB_MIN (lo, r[(size_t) u * (SIM_HIST + 2) + i].lo);
-        hi = RB_MAX (hi, r[(size_t) u * (SIM_HIST + 2) + i].hi);
+        const struct pit_range *g = &r[(size_t) u * (SIM_HIST + 2) + i];
+        if (g->hi < floor)
+          continue;
+        lo = RB_MIN (lo, RB_MAX (g->lo, floor));
+        hi = RB_MAX (hi, g->hi);
       }
       if (nr[u] == 0 || hi < floor) {
         a = b = u;

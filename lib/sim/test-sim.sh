@@ -38,6 +38,23 @@ done
 # past the chunk, and the sweep answered a FLUSH with an earlier write
 # (acknowledged before the FLUSH) on neither the store nor its cache.
 "$sim" --seed=3064 --ops=2000
+# A checker bug, not ramback's: with journal=, two zeroes over one unit
+# in flight at a crash, the older one committed; the point-in-time check
+# let the unit hold zeroes only from the newer one's start, after a
+# zero the device rightly did not hold yet, and found no point in time.
+"$sim" --seed=107 --ops=2000
+# Another: a unit's newest durable write (a FUA write) was the oldest of
+# the writes kept per unit, and a write concurrent with it, answered
+# before it, was beyond them: the crash check took the unit holding
+# that write's data for a lost durable write.
+"$sim" --seed=257 --ops=2000
+# A chunk that turned ZERO with stale sector bits, taken in a DIRTY
+# run, weighed its bits and a sector in flight, more than it left the
+# dirty count (capped at the chunks whole): the limit's sum rose past
+# dirty-max at rest (512-byte chunks, a bit each; 4 KiB ones).
+for seed in 1940 1993; do
+    "$sim" --seed=$seed --ops=2000
+done
 # Seed 1046 found a bug (a whole-chunk trim, then a FUA write into part
 # of that chunk: after FLUSH the store held the old data in the rest of
 # the chunk) that later changes moved out of its trace, not known fixed.
