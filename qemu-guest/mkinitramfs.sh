@@ -64,16 +64,29 @@ kernel_package () {
 }
 
 # versions PKG...: "pkg=candidate" lines; every package must be known.
+# apt-cache has been seen to leave a known package out once, where the
+# next call found it: a package missing is asked for again (three
+# times in all) before it is an error, which shows what apt-cache said.
 versions () {
-  local v p
-  v=$(apt-cache policy "$@" 2>/dev/null |
-      awk '/^[^ ].*:$/ { p = substr($0, 1, length($0) - 1) }
-           /^  Candidate: / && $2 != "(none)" { print p "=" $2 }')
-  for p in "$@"; do
-    echo "$v" | grep -q "^$p=" ||
-      die "package $p is unknown to apt (run apt-get update); apt-cache policy $p says: $(apt-cache policy "$p" 2>&1 | head -3 | tr '\n' ' ')"
+  local v p missing err try
+  for try in 1 2 3; do
+    err=$(mktemp)
+    v=$(apt-cache policy "$@" 2>"$err" |
+        awk '/^[^ ].*:$/ { p = substr($0, 1, length($0) - 1) }
+             /^  Candidate: / && $2 != "(none)" { print p "=" $2 }')
+    missing=
+    for p in "$@"; do
+      echo "$v" | grep -q "^$p=" || { missing=$p; break; }
+    done
+    [ -z "$missing" ] && { rm -f "$err"; echo "$v"; return 0; }
+    if [ "$try" -lt 3 ]; then
+      echo "mkinitramfs: apt-cache policy gave no candidate for $missing" \
+           "(try $try of 3): $(head -3 "$err" | tr '\n' ' ')" >&2
+      rm -f "$err"
+      sleep 2
+    fi
   done
-  echo "$v"
+  die "package $missing is unknown to apt (run apt-get update); apt-cache policy said: $(head -3 "$err" | tr '\n' ' '); apt-cache policy $missing says: $(apt-cache policy "$missing" 2>&1 | head -3 | tr '\n' ' ')"
 }
 
 # fetch PKG...: the .deb of each candidate version, downloaded into $DEBS
