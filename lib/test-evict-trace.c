@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "evict.h"
+#include "splitmix.h"
 
 /* ---- the generator ---------------------------------------------- */
 
@@ -52,16 +53,6 @@ struct zipf {
   uint64_t rng;                 /* splitmix64 state */
 };
 
-static uint64_t
-next64 (uint64_t *s)
-{
-  uint64_t z = (*s += UINT64_C (0x9E3779B97F4A7C15));
-
-  z = (z ^ (z >> 30)) * UINT64_C (0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C (0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
-
 static void
 zipf_init (struct zipf *z, uint64_t n, double theta, uint64_t seed)
 {
@@ -71,7 +62,7 @@ zipf_init (struct zipf *z, uint64_t n, double theta, uint64_t seed)
   z->n = n;
   z->theta = theta;
   z->rng = seed;
-  z->off = next64 (&z->rng) & UINT32_MAX;
+  z->off = rb_splitmix64 (&z->rng) & UINT32_MAX;
   z->zeta2 = 1.0 + pow (0.5, theta);
   for (i = 1; i <= n; i++)
     z->zetan += pow (1.0 / (double) i, theta);
@@ -83,7 +74,7 @@ zipf_next (struct zipf *z)
   double alpha = 1.0 / (1.0 - z->theta);
   double eta = (1.0 - pow (2.0 / (double) z->n, 1.0 - z->theta)) /
     (1.0 - z->zeta2 / z->zetan);
-  double u = (double) (next64 (&z->rng) >> 32) / (double) UINT32_MAX;
+  double u = (double) (rb_splitmix64 (&z->rng) >> 32) / (double) UINT32_MAX;
   double uz = u * z->zetan;
   uint64_t rank;
 

@@ -38,6 +38,7 @@
 #include "internal.h"
 #include "ramback.h"
 #include "sim.h"
+#include "splitmix.h"
 
 struct sim_shared *sim;
 
@@ -130,17 +131,7 @@ fail_hook (const char *msg)
 
 /* ---- configuration from the seed ---- */
 
-static uint64_t
-cfg_rand (uint64_t *s)
-{
-  uint64_t z = (*s += UINT64_C (0x9e3779b97f4a7c15));
-
-  z = (z ^ (z >> 30)) * UINT64_C (0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C (0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-
-#define PICK(n) (cfg_rand (&s) % (n))
+#define PICK(n) (rb_splitmix64 (&s) % (n))
 
 static void
 choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)

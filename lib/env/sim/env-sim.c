@@ -38,6 +38,7 @@
 
 #include "env.h"
 #include "sim-sched.h"
+#include "splitmix.h"
 
 #define MAX_TASKS 64
 #define STACK_SIZE (256 * 1024)
@@ -118,12 +119,8 @@ seed_rng (uint64_t seed)
 {
   int i;
 
-  for (i = 0; i < 4; i++) {
-    uint64_t z = (seed += UINT64_C (0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C (0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C (0x94d049bb133111eb);
-    rng[i] = z ^ (z >> 31);
-  }
+  for (i = 0; i < 4; i++)
+    rng[i] = rb_splitmix64 (&seed);
 }
 
 /* ---- trace hash ---- */
