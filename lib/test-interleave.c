@@ -220,10 +220,21 @@ uint64_t __wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s,
 
 static bool hold_take, take_held, take_go;      /* [atomic] */
 
+/* A process that set crash_take_at (a sector number) ends right after
+ * taking the bits of that sector's word, as a kill -9 at that moment
+ * of a commit point or a write-back capture would.
+ */
+static uint64_t crash_take_at = UINT64_MAX;     /* [atomic] */
+
 uint64_t
 __wrap_chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
 {
   bool t = true;
+
+  if (rb_atomic_load (&crash_take_at) == s) {
+    __real_chunkmap_take_bits (cm, s, n);
+    _exit (0);
+  }
 
   if (rb_atomic_load (&hold_take) &&
       rb_atomic_cas (&hold_take, &t, false)) {
@@ -1791,6 +1802,106 @@ test_resume_empty_ram (void)
   unlink (ram);
 }
 
+/* With ram= and journal=: a FLUSH's commit point takes one 4 KiB
+ * sector of each of 32 chunks of 64 KiB, every chunk loaded whole; the
+ * chunks move to CLEAN with their NB bits set, and the process ends
+ * before the transaction reaches the journal.  What RAM holds and the
+ * store does not is those 32 sectors, 128 KiB, well within the 1 MiB
+ * journal; the 32 chunks whole (2 MiB) are not.  The restart must take
+ * back what is at risk, not refuse to start, and every byte written
+ * must reach the store.
+ */
+static void
+test_resume_journal_sectors (void)
+{
+  enum { NCH = 32, DEV = 4 * MiB };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL, *jpath = NULL;
+  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  GRand *r = g_rand_new_with_seed (131);
+  struct rb *rb;
+  uint64_t i, sectors;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL) {
+    g_rand_free (r);
+    return;
+  }
+  for (i = 0; i < DEV; i++)
+    model[i] = g_rand_int (r);
+  g_rand_free (r);
+  path = g_strdup_printf ("%s-store", ram);
+  jpath = g_strdup_printf ("%s-journal", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
+  close (fd);
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+  c.journal = jpath;
+  for (i = 0; i < NCH; i++)
+    memset (model + i * BIG_CHUNK + i % 16 * CHUNK, (int) i + 1, CHUNK);
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1 ||
+        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+      _exit (2);
+    for (i = 0; i < NCH; i++) {
+      uint64_t off = i * BIG_CHUNK + i % 16 * CHUNK;
+      if (rb_pwrite (rb, model + off, CHUNK, off, 0) == -1)
+        _exit (4);
+    }
+    rb_atomic_store (&crash_take_at,
+                     (NCH - 1) << rb->map.sect_per_chunk_shift);
+    rb_flush (rb);
+    _exit (3);                  /* the commit did not end the process */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("resume with journal=, after a crash in a commit point of %d "
+             "sectors of 4 KiB in %d chunks of 64 KiB: %s", NCH, NCH,
+             rb_get_error ());
+  sectors = chunkmap_sectors_set (&rb->map);
+  if (sectors != NCH)
+    g_error ("resume with journal=: %" PRIu64 " sectors to write back, want "
+             "%d (those the lost transaction held)", sectors, NCH);
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("resume with journal=: the device differs from what was "
+             "written before the crash");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
+  close (fd);
+  for (i = 0; i < DEV; i++)
+    if (got[i] != model[i])
+      g_error ("resume with journal=: after a clean stop the store holds "
+               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
+               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
+  unlink (path);
+  unlink (jpath);
+  unlink (ram);
+}
+
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
  * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
  * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
@@ -2783,6 +2894,8 @@ main (int argc, char *argv[])
                    test_zeroed_in_dirty_run_weight);
   g_test_add_func ("/interleave/zero-nb-window", test_zero_nb_window);
   g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
+  g_test_add_func ("/interleave/resume-journal-sectors",
+                   test_resume_journal_sectors);
   g_test_add_func ("/interleave/populate-past-partial",
                    test_populate_past_partial);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);

@@ -60,7 +60,27 @@
  * the sector bits of DIRTY chunks with NB (a writethrough write into a
  * dirty chunk changes RAM and the store without setting bits); those of
  * the other dirty chunks come from the file (format 3), or are all set
- * (format 2).  The flusher then writes back every
+ * (format 2).
+ *
+ * With journal= the chunks with NB are compared with the store instead
+ * (resume_compare), sector by sector, and only the sectors that differ
+ * become dirty.  There the whole chunks could be refused: the journal
+ * must take everything dirty at the first commit point in one
+ * transaction, and a running ramback bounds the dirty data in sectors
+ * (txn.c), so a commit point that held one sector of each of many
+ * chunks and was lost with the process (its chunks CLEAN with NB)
+ * could add up, in whole chunks, to more than the journal holds.  What
+ * RAM holds and the store does not is only the sectors of the dirty
+ * bits and of that lost transaction, which the running bound counted.
+ * The compare is exact once the store is synced (rb_open has replayed
+ * the journal onto it): the store's own cache may hold writes of the
+ * process that died, and what a sync made durable needs no write back.
+ * If the sync or a read fails, those chunks go dirty whole, as without
+ * a journal.  (Without one the whole chunks always fit: they are
+ * written back in any number of passes, and a read of each chunk would
+ * cost about what its write does.)
+ *
+ * The flusher then writes back every
  * DIRTY and ZERO chunk, as always, while I/O is served from the start.
  * A clean stop (rbi_nb_clear_all) clears NB: everything is synced.
  */
@@ -281,10 +301,140 @@ resume_partial (struct rb *rb)
   }
 }
 
+/* What resume does to chunk c with NB when it cannot tell which of its
+ * sectors differ from the store: all of them.
+ */
+static void
+resume_whole (struct rb *rb, uint64_t c)
+{
+  if (chunkmap_get (&rb->map, c) == CS_CLEAN)
+    chunkmap_dirty_whole (&rb->map, c, 1, CS_BIT (CS_CLEAN));
+  else
+    chunkmap_mark (&rb->map, c << rb->map.sect_per_chunk_shift,
+                   UINT64_C (1) << rb->map.sect_per_chunk_shift);
+}
+
+/* Chunk c (CLEAN or DIRTY, NB set) against 'stored', what the synced
+ * store holds for it: the sectors that differ (the valid ones of a
+ * partial chunk; the others are loaded again) get their bits, and a
+ * CLEAN chunk with any moves to DIRTY; one with none matches the
+ * durable store and loses its NB bit.  A DIRTY chunk keeps its bits.
+ */
+static void
+compare_chunk (struct rb *rb, uint64_t c, const uint8_t *stored)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  uint64_t off = rbi_chunk_offset (rb, c), len = rbi_chunks_bytes (rb, c, 1);
+  uint64_t sect = (uint64_t) rb->chunk_size >> shift, s0 = c << shift, i;
+  const uint8_t *ram = rb->ram.base + off;
+  bool part = chunkmap_partial (&rb->map, c), differs = false;
+
+  for (i = 0; i * sect < len; i++) {
+    uint64_t n = RB_MIN (sect, len - i * sect);
+
+    if (part && !(chunkmap_valid_bits (&rb->map, s0 + i, 1) & 1))
+      continue;
+    if (memcmp (ram + i * sect, stored + i * sect, n) != 0) {
+      differs = true;
+      chunkmap_mark (&rb->map, s0 + i, 1);
+    }
+  }
+  if (chunkmap_get (&rb->map, c) != CS_CLEAN)
+    return;
+  if (!differs)
+    nb_clear (rb, c);
+  else if (rb->map.sect)
+    chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+  else
+    chunkmap_dirty_whole (&rb->map, c, 1, CS_BIT (CS_CLEAN));
+}
+
+#define COMPARE_BUF (4 * 1024 * 1024)   /* bytes read per batch */
+#define COMPARE_IOS 16                  /* requests per batch, at most */
+
+/* The chunks v[0..n) (ascending, each CLEAN or DIRTY with NB) against
+ * the store, which is synced first (see the top).  Runs of them in a
+ * row are read in batches of up to COMPARE_BUF bytes in COMPARE_IOS
+ * requests, which a remote store runs in parallel.  What cannot be
+ * compared goes dirty whole.
+ */
+static void
+resume_compare (struct rb *rb, const uint64_t *v, size_t n)
+{
+  uint64_t cap = RB_MAX ((uint64_t) COMPARE_BUF, rb->chunk_size);
+  uint8_t *buf = NULL;
+  size_t i = 0, j;
+  bool ok;
+
+  if (n == 0)
+    return;
+  ok = rb->store->ops->flush (rb->store) == 0;
+  if (!ok)
+    rb_warn ("resume: the backing store could not be synced (%s): %zu "
+             "chunks that may not be durable there are written back whole",
+             rb_get_error (), n);
+  else if (posix_memalign ((void **) &buf, 4096, cap) != 0) {
+    rb_warn ("resume: no memory to compare with the backing store: %zu "
+             "chunks that may not be durable there are written back whole",
+             n);
+    buf = NULL;
+    ok = false;
+  }
+  if (!ok) {
+    for (; i < n; i++)
+      resume_whole (rb, v[i]);
+    return;
+  }
+  while (i < n) {
+    struct rb_io ios[COMPARE_IOS];
+    size_t k = 0, first = i;
+    uint64_t used = 0;
+
+    /* A batch: runs of chunks in a row, while they fit. */
+    while (i < n && k < COMPARE_IOS) {
+      uint64_t c0 = v[i], bytes = rbi_chunks_bytes (rb, c0, 1);
+
+      if (used + bytes > cap)
+        break;
+      j = i + 1;
+      while (j < n && v[j] == v[j - 1] + 1 &&
+             used + bytes + rbi_chunks_bytes (rb, v[j], 1) <= cap) {
+        bytes += rbi_chunks_bytes (rb, v[j], 1);
+        j++;
+      }
+      ios[k++] = (struct rb_io) {
+        .op = RB_IO_READ, .buf = buf + used, .count = bytes,
+        .offset = rbi_chunk_offset (rb, c0),
+      };
+      used += bytes;
+      i = j;
+    }
+    if (ok && rb->store->ops->submit (rb->store, ios, k) == -1) {
+      rb_warn ("resume: reading the backing store to compare (%s): the "
+               "chunks that may not be durable there are written back "
+               "whole", rb_get_error ());
+      ok = false;
+    }
+    /* The batch holds its chunks one after the other. */
+    for (j = first, used = 0; j < i; j++) {
+      if (ok)
+        compare_chunk (rb, v[j], buf + used);
+      else
+        resume_whole (rb, v[j]);
+      used += rbi_chunks_bytes (rb, v[j], 1);
+    }
+  }
+  free (buf);
+}
+
 void
 rbi_resume_map (struct rb *rb)
 {
   uint64_t w, nwords = rb->map.nwords, to_write, c;
+  /* Chunks with NB to compare with the store (journal= only, above). */
+  bool compare = rb->txns != NULL && !rb->ram.rewrite_all;
+  uint64_t *cmp = NULL;
+  size_t ncmp = 0, cmp_cap = 0;
 
   if (rb->ram.rewrite_all)
     chunkmap_dirty_whole (&rb->map, 0, rb->nchunks, CS_BIT (CS_CLEAN));
@@ -302,26 +452,39 @@ rbi_resume_map (struct rb *rb)
       case CS_EMPTY:
         nb_clear (rb, c);       /* never trusted: populated */
         break;
-      case CS_CLEAN:
-        if (nb_test (rb, c))
-          chunkmap_dirty_whole (&rb->map, c, 1, CS_BIT (CS_CLEAN));
-        break;
       case CS_ZERO: {
         uint64_t off = rbi_chunk_offset (rb, c);
         ramimage_zero (&rb->ram, off, rbi_chunks_bytes (rb, c, 1));
         break;
       }
+      case CS_CLEAN:
       case CS_DIRTY:
-        /* NB: RAM may differ beyond the sector bits (a writethrough
-         * write into a dirty chunk sets no bits): all of it.
+        /* NB: RAM may differ from the store anywhere in the chunk,
+         * beyond a DIRTY one's sector bits (a writethrough write into a
+         * dirty chunk sets none): compared, or all of it.
          */
-        if (nb_test (rb, c))
-          chunkmap_mark (&rb->map, c << rb->map.sect_per_chunk_shift,
-                         UINT64_C (1) << rb->map.sect_per_chunk_shift);
+        if (!nb_test (rb, c))
+          break;
+        if (compare && ncmp == cmp_cap) {
+          size_t ncap = cmp_cap ? 2 * cmp_cap : 1024;
+          uint64_t *p = realloc (cmp, ncap * sizeof *cmp);
+          if (p == NULL)
+            compare = false;    /* the rest whole; those so far compared */
+          else {
+            cmp = p;
+            cmp_cap = ncap;
+          }
+        }
+        if (compare)
+          cmp[ncmp++] = c;
+        else
+          resume_whole (rb, c);
         break;
       }
     }
   }
+  resume_compare (rb, cmp, ncmp);
+  free (cmp);
   /* EMPTY chunks hold zeroes, as in a new image (see the top). */
   for (c = 0; (c = chunkmap_next (&rb->map, c, CS_BIT (CS_EMPTY))) <
          rb->nchunks; ) {
