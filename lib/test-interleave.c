@@ -1803,7 +1803,7 @@ test_resume_empty_ram (void)
 }
 
 /* With ram= and journal=: a FLUSH's commit point takes one 4 KiB
- * sector of each of 32 chunks of 64 KiB, every chunk loaded whole; the
+ * sector of each of 32 chunks of 64 KiB, every chunk whole in RAM; the
  * chunks move to CLEAN with their NB bits set, and the process ends
  * before the transaction reaches the journal.  What RAM holds and the
  * store does not is those 32 sectors, 128 KiB, well within the 1 MiB
@@ -1818,6 +1818,7 @@ test_resume_journal_sectors (void)
   g_autofree char *ram = shm_ram_path ();
   g_autofree char *path = NULL, *jpath = NULL;
   g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  g_autofree uint8_t *stored = NULL;
   struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
                          .fsync_wait = true,
                          .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
@@ -1835,6 +1836,7 @@ test_resume_journal_sectors (void)
   for (i = 0; i < DEV; i++)
     model[i] = g_rand_int (r);
   g_rand_free (r);
+  stored = g_memdup2 (model, DEV);
   path = g_strdup_printf ("%s-store", ram);
   jpath = g_strdup_printf ("%s-journal", ram);
   fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -1854,10 +1856,21 @@ test_resume_journal_sectors (void)
   pid = fork ();
   g_assert_cmpint (pid, >=, 0);
   if (pid == 0) {
+    /* The chunks loaded whole by writes of what the store holds, not
+     * by the populator, whose thread, finished and not joined, the
+     * ThreadSanitizer would report at the _exit; committed a quarter
+     * at a time (the journal holds less than all of them).
+     */
+    c.populate = false;
     rb = rb_open (&c);
-    if (rb == NULL || rb_start (rb) == -1 ||
-        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+    if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
+    for (i = 0; i < NCH; i++) {
+      if (rb_pwrite (rb, stored + i * BIG_CHUNK, BIG_CHUNK, i * BIG_CHUNK,
+                     0) == -1 ||
+          (i % 8 == 7 && rb_flush (rb) == -1))
+        _exit (5);
+    }
     for (i = 0; i < NCH; i++) {
       uint64_t off = i * BIG_CHUNK + i % 16 * CHUNK;
       if (rb_pwrite (rb, model + off, CHUNK, off, 0) == -1)
@@ -2780,6 +2793,69 @@ test_journal_held_once (void)
   fx_finish_jts (&f, "a chunk held by several transactions");
 }
 
+/* journal= with 64 KiB chunks and dirty-max= of nine chunks (576
+ * KiB): a 4 KiB write into each of chunks 0 to 7, committed by a
+ * FLUSH, and the applier's in-place write of the first is held: the
+ * transaction holds 8 sectors, 32 KiB, and they count in flight as
+ * such.  Writes of chunks 10 and 11 must not wait at the limit.
+ * (Counted as the chunks whole, 512 KiB, the second waited, and random
+ * 4 KiB writes with FLUSHes waited at a limit that held a sixteenth of
+ * what it said.)
+ */
+static void
+test_journal_dirty_sectors (void)
+{
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .dirty_max = 9 * BIG_CHUNK,
+                         .fsync_wait = true, .populate = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_WRITE, .offset = SECTOR, .count = SECTOR,
+                        .tag = "" };
+  struct ts_gate *g;
+  struct rb_stats st;
+  struct fx f;
+  uint64_t k;
+
+  fx_open_jts (&f, 167, &c, "jsect");
+  g = ts_gate_arm (f.ts, &m, 0);
+  for (k = 0; k < 8; k++) {
+    g_autofree uint8_t *v = fx_random (&f, SECTOR);
+    fx_write (&f, v, SECTOR, k * BIG_CHUNK + SECTOR, 0);
+  }
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  ts_gate_wait (g);                     /* the applier's first write */
+  rb_get_stats (f.rb, &st);
+  if (st.inflight_chunks != 8 || st.inflight_bytes != 8 * SECTOR ||
+      st.dirty_bytes != 0)
+    g_error ("journal: a transaction of 8 sectors of 4 KiB in 8 chunks of "
+             "64 KiB, not in place: inflight_chunks %" PRIu64 " (want 8), "
+             "inflight_bytes %" PRIu64 " (want %d), dirty_bytes %" PRIu64
+             " (want 0)", st.inflight_chunks, st.inflight_bytes,
+             8 * SECTOR, st.dirty_bytes);
+  for (k = 10; k < 12; k++) {
+    g_autofree uint8_t *v = fx_random (&f, SECTOR);
+    struct job w = { .f = &f, .tag = "writer", .op = J_WRITE, .buf = v,
+                     .len = SECTOR, .off = k * BIG_CHUNK };
+
+    job_start (&w);
+    TS_WAIT (rb_atomic_load (&w.done) || waiters (&f.rb->space_cond) > 0,
+             "the write to return, or to wait at the dirty limit");
+    if (!rb_atomic_load (&w.done))
+      g_error ("journal: a write of chunk %" PRIu64 " waited at the dirty "
+               "limit (dirty-max= of 576 KiB) with %" PRIu64 " sectors of "
+               "4 KiB written, 8 of them held by a transaction not in "
+               "place: inflight_bytes %" PRIu64 ", dirty_bytes %" PRIu64, k,
+               k - 2, rb_atomic_load (&f.rb->inflight_bytes),
+               rbi_dirty_bytes (f.rb));
+    job_join (&w);
+    g_assert_cmpint (w.r, ==, 0);
+    memcpy (f.model + w.off, v, SECTOR);
+  }
+  ts_gate_open (g);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  fx_finish_jts (&f, "a transaction's sectors in flight");
+}
+
 /* ram-size= of 16 chunks with journal=, dirty-max= of three chunks
  * (the applier's segments: a chunk): a transaction holds chunks 2 and
  * 9, and the applier's in-place write of chunk 9 is held.  Chunk 2 is
@@ -2887,6 +2963,8 @@ main (int argc, char *argv[])
                    test_journal_held_once);
   g_test_add_func ("/interleave/journal-release-early",
                    test_journal_release_early);
+  g_test_add_func ("/interleave/journal-dirty-sectors",
+                   test_journal_dirty_sectors);
   g_test_add_func ("/interleave/journal-failed-commit",
                    test_journal_failed_commit);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
