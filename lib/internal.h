@@ -208,7 +208,9 @@ struct rb {
   uint64_t inflight_bytes;      /* [atomic] write back in flight (flush.c)
                                    as the dirty limit counts it: the
                                    dirty sectors it took, a sector per
-                                   chunk of its zero requests */
+                                   chunk of its zero requests; with
+                                   journal=, the sectors its
+                                   transactions hold (txn.c) */
   uint64_t fail_gen;            /* [lock] written, [atomic] read */
 
   /* Statistics [atomic]. */
@@ -552,6 +554,11 @@ struct rb_journal_ops {
 extern int rbi_txn_open (struct rb *rb);
 /* The dirty chunks (a resumed image) must fit in one transaction. */
 extern int rbi_txn_check_fit (struct rb *rb);
+/* The journal's held sectors agree with their counters (txn.c, "Held
+ * chunks"): for a check at rest (the simulator), plain reads.  -1 with
+ * the error set if not.
+ */
+extern int rbi_txn_check_held (struct rb *rb);
 /* The most chunks one write may span: its journal estimate must fit
  * in the journal (txn_write_begin).
  */

@@ -390,16 +390,16 @@ premark_dirty (struct rb *rb, const struct req *r)
  *     same way (rbi_write_done).
  * A failed store or sync puts back to dirty every sector it wrote, so
  * the sum may rise then (as it does when the limit drops).
- * With journal=, chunks count whole, as before: txn.c counts the chunks
- * of each transaction in flight (inflight_chunks) as it takes their
- * sector bits at a commit point, and the sum must not rise there.
+ * With journal= the same, the committer in the flusher's place: what
+ * the transactions not yet in place hold counts in flight, each sector
+ * once however many of them hold it (txn.c, "Held chunks").
  */
 uint64_t
 rbi_dirty_bytes (struct rb *rb)
 {
   uint64_t whole = chunkmap_dirty (&rb->map) << rb->chunk_shift, s;
 
-  if (rb->map.sect == NULL || rb->jops)
+  if (rb->map.sect == NULL)
     return whole;
   s = (chunkmap_sectors_set (&rb->map) + chunkmap_zero (&rb->map))
     << rb->sector_shift;
@@ -409,8 +409,6 @@ rbi_dirty_bytes (struct rb *rb)
 uint64_t
 rbi_inflight_bytes (struct rb *rb)
 {
-  if (rb->jops)
-    return rb_atomic_load (&rb->inflight_chunks) << rb->chunk_shift;
   return rb_atomic_load (&rb->inflight_bytes);
 }
 

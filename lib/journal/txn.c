@@ -122,15 +122,28 @@
  * fsync=wait completes once it is committed in the journal.
  *
  * Held chunks.  'live' counts, per chunk, the transactions not yet in
- * place and synced that hold it.  The dirty limit (io.c) counts a chunk
- * that some do as in flight (rb->inflight_chunks) once, however many
- * hold it: it rises when a chunk's count leaves zero and falls when it
- * gets back there.  RAM holds the chunk once, and the applier writes
- * each sector once for all of them (plan).  (Counted once per
- * transaction, an fsync-heavy load rewriting a hot set, every FLUSH a
- * transaction holding the hot chunks again, filled the limit with
- * copies while the applier waited on a slow backing store, and the
- * writers with it.)
+ * place and synced that hold it (rb->inflight_chunks: the chunks with a
+ * count).  The dirty limit (io.c) counts what they hold in sectors, as
+ * the plain flusher's in flight: 'held' has a bit per sector, the
+ * union of what the transactions holding the chunk took from it (its
+ * sector bits at the commit point; a ZERO chunk its first sector, as
+ * the dirty count weighs it), and rb->inflight_bytes is the bits set.
+ * A sector held by several transactions counts once: RAM holds it
+ * once, and the applier writes it once for all of them (plan).
+ * (Counted once per transaction, an fsync-heavy load rewriting a hot
+ * set, every FLUSH a transaction holding the hot sectors again, filled
+ * the limit with copies while the applier waited on a slow backing
+ * store, and the writers with it.)  A commit point adds a chunk's new
+ * held sectors before it takes its sector bits: the sum never dips
+ * below what RAM holds, and never rises, since what it adds is at most
+ * what leaves the dirty count (the taken bits, or a ZERO chunk's
+ * sector; where the dirty count is capped at the dirty chunks whole,
+ * the chunks whole that leave it).  The bits of a chunk are cleared,
+ * and their weight leaves inflight_bytes, when its count gets back to
+ * zero; 'held_lock' makes that and a commit point's additions to the
+ * same chunk one step each.  (Counting held chunks whole, a 4 KiB
+ * random write held 64 KiB of the limit with 64 KiB chunks until the
+ * applier had put its transaction in place.)
  *
  * With ram-size= smaller than the device (slots.c): a chunk taken at
  * a commit point is CLEAN in RAM long before the backing store holds
@@ -176,6 +189,9 @@
  *   reserved, jused, counters  [atomic]
  *   seen       [applier]
  *   spare      [spare_lock], a leaf lock
+ *   held       [held_lock], a leaf lock: the bits, and with them the
+ *              changes of rb->inflight_bytes and of a chunk's live
+ *              count to or from zero
  *
  * Why one file of over 1,600 lines: commit point, capture, commit and
  * apply are the steps of one transaction and share struct rb_txns and
@@ -283,6 +299,9 @@ struct rb_txns {
   uint64_t *seen;               /* [applier] per sector */
   uint32_t *live;               /* [atomic] per chunk: transactions
                                    not in place and synced holding it */
+  rb_mutex held_lock;
+  uint64_t *held;               /* [held_lock] per sector of the sector
+                                   bits: held by a live transaction */
 };
 
 static bool
@@ -404,6 +423,7 @@ rbi_txn_open (struct rb *rb)
   rb_rwlock_init (&t->gate);
   rb_mutex_init (&t->cap_lock);
   rb_mutex_init (&t->spare_lock);
+  rb_mutex_init (&t->held_lock);
   rb_cond_init (&t->applier_cond);
   t->q_tail = &t->q_head;
   t->interval_ns = (rb->cfg.commit_interval_ms
@@ -422,7 +442,10 @@ rbi_txn_open (struct rb *rb)
   t->seen = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
   t->live = calloc (rb->nchunks, sizeof *t->live);
-  if (t->pending == NULL || t->seen == NULL || t->live == NULL) {
+  t->held = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
+                     + 63) / 64, sizeof (uint64_t));
+  if (t->pending == NULL || t->seen == NULL || t->live == NULL ||
+      t->held == NULL) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
   }
@@ -498,6 +521,38 @@ rbi_txn_check_fit (struct rb *rb)
   return 0;
 }
 
+int
+rbi_txn_check_held (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+  unsigned shift = rb->chunk_shift - t->unit_shift;
+  uint64_t c, s, chunks = 0, bits = 0;
+
+  for (c = 0; c < rb->nchunks; c++) {
+    uint64_t b = 0;
+
+    for (s = c << shift; s < (c + 1) << shift; s++)
+      b += (t->held[s / 64] >> (s % 64)) & 1;
+    if (t->live[c] == 0 && b) {
+      rb_set_error (EINVAL, "chunk %" PRIu64 " is held by no transaction "
+                    "but %" PRIu64 " of its sectors count in flight", c, b);
+      return -1;
+    }
+    chunks += t->live[c] != 0;
+    bits += b;
+  }
+  if (chunks != rb->inflight_chunks ||
+      bits << t->unit_shift != rb->inflight_bytes) {
+    rb_set_error (EINVAL, "the transactions hold %" PRIu64 " chunks and %"
+                  PRIu64 " sectors of %u bytes, but inflight_chunks is %"
+                  PRIu64 " and inflight_bytes %" PRIu64, chunks, bits,
+                  1u << t->unit_shift, rb->inflight_chunks,
+                  rb->inflight_bytes);
+    return -1;
+  }
+  return 0;
+}
+
 uint64_t
 rbi_txn_max_chunks (struct rb *rb)
 {
@@ -528,10 +583,12 @@ rbi_txn_close (struct rb *rb, bool clean)
   buf_drop_spare (t);
   rb_mutex_destroy (&t->cap_lock);
   rb_mutex_destroy (&t->spare_lock);
+  rb_mutex_destroy (&t->held_lock);
   rb_cond_destroy (&t->applier_cond);
   free (t->pending);
   free (t->seen);
   free (t->live);
+  free (t->held);
   free (t);
   rb->txns = NULL;
 }
@@ -878,6 +935,46 @@ collect_all (struct rb *rb, struct txn *x)
  * are cleared too (they are stale: x writes it whole), unlike the
  * plain flusher's, which races with writers.
  */
+/* Run r of a transaction at its commit point holds its chunks (see
+ * "Held chunks" at the top): their counts rise, and the sectors it
+ * takes join their held bits, before the chunks leave DIRTY or ZERO
+ * and before their sector bits are taken (the gate is held
+ * exclusively: no writer sets bits meanwhile).
+ */
+static void
+hold_chunks (struct rb *rb, const struct txn_chunks *r)
+{
+  struct rb_txns *t = rb->txns;
+  unsigned shift = rb->chunk_shift - t->unit_shift;
+  uint64_t c, chunks = 0, added = 0;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->held_lock);
+
+  for (c = r->first; c < r->first + r->n; c++) {
+    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+    if (rb_atomic_add (&t->live[c], 1) == 1)
+      chunks++;
+    if (r->kind == CS_ZERO || rb->map.sect == NULL) {
+      uint64_t b = UINT64_C (1) << (s % 64);      /* weighs a sector */
+      if (!(t->held[s / 64] & b)) {
+        t->held[s / 64] |= b;
+        added++;
+      }
+      continue;
+    }
+    while (s < end) {
+      unsigned n = RB_MIN (end - s, 64 - s % 64);
+      uint64_t b = chunkmap_peek_bits (&rb->map, s, n) << (s % 64);
+
+      added += rb_popcount64 (b & ~t->held[s / 64]);
+      t->held[s / 64] |= b;
+      s += n;
+    }
+  }
+  rb_atomic_add (&rb->inflight_chunks, chunks);
+  rb_atomic_add (&rb->inflight_bytes, added << t->unit_shift);
+}
+
 static void
 take_chunks (struct rb *rb, struct txn *x, bool pend)
 {
@@ -891,13 +988,8 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
 
     if (rb->nb)
       rbi_nb_set (rb, r->first, r->n);
-    if (pend) {                 /* before CLEAN: see the top */
-      uint64_t held = 0;
-      for (c = r->first; c < r->first + r->n; c++)
-        if (rb_atomic_add (&t->live[c], 1) == 1)
-          held++;
-      rb_atomic_add (&rb->inflight_chunks, held);
-    }
+    if (pend)                   /* before CLEAN: see the top */
+      hold_chunks (rb, r);
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -1476,19 +1568,37 @@ release_chunks (struct rb *rb, const struct txn *list, uint64_t c0,
                 uint64_t c1)
 {
   struct rb_txns *t = rb->txns;
+  unsigned shift = rb->chunk_shift - t->unit_shift;
   const struct txn *x;
-  uint64_t c, freed = 0;
+  uint64_t c, freed = 0, weight = 0;
   size_t i;
 
-  for (x = list; x; x = x->next)
-    for (i = 0; i < x->ncruns; i++) {
-      uint64_t a = RB_MAX (x->cruns[i].first, c0);
-      uint64_t b = RB_MIN (x->cruns[i].first + x->cruns[i].n, c1);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->held_lock);
+    for (x = list; x; x = x->next)
+      for (i = 0; i < x->ncruns; i++) {
+        uint64_t a = RB_MAX (x->cruns[i].first, c0);
+        uint64_t b = RB_MIN (x->cruns[i].first + x->cruns[i].n, c1);
 
-      for (c = a; c < b; c++)
-        if (rb_atomic_sub (&t->live[c], 1) == 0)
+        for (c = a; c < b; c++) {
+          uint64_t s, end;
+
+          if (rb_atomic_sub (&t->live[c], 1) != 0)
+            continue;
           freed++;
-    }
+          for (s = c << shift, end = s + (UINT64_C (1) << shift); s < end; ) {
+            unsigned n = RB_MIN (end - s, 64 - s % 64);
+            uint64_t m = (n == 64 ? ~UINT64_C (0)
+                          : ((UINT64_C (1) << n) - 1)) << (s % 64);
+
+            weight += rb_popcount64 (t->held[s / 64] & m);
+            t->held[s / 64] &= ~m;
+            s += n;
+          }
+        }
+      }
+    rb_atomic_sub (&rb->inflight_bytes, weight << t->unit_shift);
+  }
   if (freed) {
     rb_atomic_sub (&rb->inflight_chunks, freed);
     rbi_slots_notify (rb);

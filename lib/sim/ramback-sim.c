@@ -341,11 +341,10 @@ hint_set (const struct sumbits *sb, uint64_t i)
  * is the engine's "exceeded by at most the writes in progress at once".
  *
  * With journal= the committer, not the flusher, drains the dirty
- * data, and counts a transaction's chunks in flight (before they leave
- * DIRTY: no dip) until it is in place, once per transaction that holds
- * a chunk (check_stats): a chunk in two transactions was dirtied twice,
- * by two requests, so D still grows only by requests.  Not checked
- * where D grows with no request:
+ * data, and counts the sectors a transaction takes in flight (before
+ * they leave the dirty count: no dip) until it is in place, each
+ * sector once however many transactions hold it (rbi_txn_check_held).
+ * Not checked where D grows with no request:
  *   - with ups-window=, whose limit moves with the measured bandwidth
  *     (a limit that drops leaves D above it);
  *   - after a failed write or sync on either disk: a failed sync
@@ -367,7 +366,7 @@ limit_dirty (void)
   const struct chunkmap *cm = &idle_rb->map;
   uint64_t whole = cm->dirty << idle_rb->chunk_shift, s;
 
-  if (cm->sect == NULL || idle_rb->jops)
+  if (cm->sect == NULL)
     return whole;
   s = (cm->sect_set + cm->zero) << idle_rb->sector_shift;
   return s < whole ? s : whole;
@@ -376,8 +375,7 @@ limit_dirty (void)
 static uint64_t
 limit_inflight (void)
 {
-  return idle_rb->jops ? idle_rb->inflight_chunks << idle_rb->chunk_shift
-    : idle_rb->inflight_bytes;
+  return idle_rb->inflight_bytes;
 }
 
 static uint64_t
@@ -490,8 +488,7 @@ limit_check (void)
 /* At rest, the dirty limit's count of dirty data (io.c,
  * rbi_dirty_bytes) is what the states and the sector bits say:
  * min (dirty chunks whole, (sector bits set + ZERO chunks) sectors),
- * counted here from the bits and the states, not the counters (with
- * journal=, the dirty chunks whole).
+ * counted here from the bits and the states, not the counters.
  */
 static void
 dirty_sectors_check (const struct chunkmap *cm, uint64_t dirty,
@@ -504,7 +501,7 @@ dirty_sectors_check (const struct chunkmap *cm, uint64_t dirty,
     bits += __builtin_popcountll (cm->sect[w]);
   whole = dirty << idle_rb->chunk_shift;
   want = (bits + zero) << idle_rb->sector_shift;
-  if (want > whole || idle_rb->jops)
+  if (want > whole)
     want = whole;
   got = limit_dirty ();
   if (got != want)
@@ -593,6 +590,8 @@ idle_check (void)
     dirty_sectors_check (cm, dirty, zero);
   if (cm->part)
     resident_check (cm);
+  if (idle_rb->txns && rbi_txn_check_held (idle_rb) == -1)
+    sim_fail ("at rest: %s", rb_get_error ());
   if (idle_rb->inflight_chunks > (UINT64_C (1) << 62) ||
       idle_rb->unsynced_bytes > (UINT64_C (1) << 62))
     sim_fail ("at rest: a counter wrapped below zero: inflight_chunks %"
