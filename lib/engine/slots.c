@@ -110,11 +110,15 @@
 #define SUSPECT_WAIT_NS (100 * UINT64_C (1000000))
 
 /* With journal= a request goes into RAM whole (io.c), its slots
- * reserved for all of it at once: it must fit beside the dirty data
- * (and the chunks of transactions not in place), which the dirty limit
- * bounds and eviction cannot touch, and in the journal.  A request of
- * write_max bytes spans at most write_max_chunks chunks wherever it
- * starts (one more than its length in chunks).
+ * reserved for all of it at once: it must fit beside dirty-max= (the
+ * dirty data and the chunks of transactions not in place, which
+ * eviction cannot touch until the applier has put them in place), and
+ * in the journal.  The limit counts sectors (io.c), so chunks holding
+ * a few of them can take more of the budget than dirty-max= for a
+ * while: the reservation then waits for the committer and the applier
+ * (see "Waiting" above), which need no slots.  A request of write_max
+ * bytes spans at most write_max_chunks chunks wherever it starts (one
+ * more than its length in chunks).
  */
 static uint64_t
 journal_room (const struct rb *rb)
