@@ -926,15 +926,6 @@ collect_all (struct rb *rb, struct txn *x)
   return 0;
 }
 
-/* The commit point proper, for the collected chunks: each moves to
- * CLEAN (NB set first with resume), its sector bits are cleared, and,
- * with 'pend' (the transaction goes ahead), a DIRTY one becomes
- * pending.  The gate held exclusively keeps writers out, so no bit set
- * by a write that is not in x is cleared here (a writer sets its bits
- * and moves its chunks to DIRTY inside the gate); a ZERO chunk's bits
- * are cleared too (they are stale: x writes it whole), unlike the
- * plain flusher's, which races with writers.
- */
 /* Run r of a transaction at its commit point holds its chunks (see
  * "Held chunks" at the top): their counts rise, and the sectors it
  * takes join their held bits, before the chunks leave DIRTY or ZERO
@@ -975,6 +966,15 @@ hold_chunks (struct rb *rb, const struct txn_chunks *r)
   rb_atomic_add (&rb->inflight_bytes, added << t->unit_shift);
 }
 
+/* The commit point proper, for the collected chunks: each moves to
+ * CLEAN (NB set first with resume), its sector bits are cleared, and,
+ * with 'pend' (the transaction goes ahead), a DIRTY one becomes
+ * pending.  The gate held exclusively keeps writers out, so no bit set
+ * by a write that is not in x is cleared here (a writer sets its bits
+ * and moves its chunks to DIRTY inside the gate); a ZERO chunk's bits
+ * are cleared too (they are stale: x writes it whole), unlike the
+ * plain flusher's, which races with writers.
+ */
 static void
 take_chunks (struct rb *rb, struct txn *x, bool pend)
 {
