@@ -43,9 +43,11 @@ with open (sys.argv[1], "r+b") as f:
 EOF2
 }
 
-# An image with data of its own: written, then cleanly stopped.
+# An image with data of its own: written, populated whole (resume=force
+# below writes back every chunk the image holds), then cleanly stopped.
 start_rb a -- back="$back" ram="$ram"
 write_pattern "$a_uri" 65536 171 65536
+ctl "$a_ctl" wait-populated 60000
 stop_rb a
 cp "$back" "$TMP/back-after-a.img"
 protect "$ram" "$back" "$back2"
