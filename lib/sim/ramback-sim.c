@@ -179,7 +179,12 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
 
     if (nchunks > 17 && (!c->journal || seed % 2 == 0) && PICK (2)) {
       c->ram_size = (16 + PICK (nchunks - 17)) * (uint64_t) c->chunk_size;
-      if (c->dirty_max >= c->ram_size)
+      /* With journal= a request goes into RAM whole, beside the dirty
+       * data: rb_open refuses a dirty-max= that leaves room for fewer
+       * than two chunks (slots.c, journal_room).
+       */
+      if (c->dirty_max >= c->ram_size ||
+          (c->journal && c->dirty_max > c->ram_size - 2 * c->chunk_size))
         c->dirty_max = c->ram_size / 2;
     }
   }
