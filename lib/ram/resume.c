@@ -277,6 +277,10 @@ word_has_zero (uint64_t word)
  * copy and valid after it, io.c): never acknowledged, and its RAM is
  * loaded again from the store, so it is not dirty.  (The marks above
  * set every sector of a chunk; this takes those not valid off again.)
+ * A DIRTY chunk left with no bit holds nothing the store lacks: it
+ * becomes CLEAN, as the flusher makes such a chunk (chunkmap.h).  Left
+ * DIRTY, the journal's commit point would take it with no data, which
+ * its capture does not expect (txn.c).
  */
 static void
 resume_partial (struct rb *rb)
@@ -285,7 +289,7 @@ resume_partial (struct rb *rb)
   uint64_t c = 0;
 
   while ((c = chunkmap_next_partial (&rb->map, c)) != UINT64_MAX) {
-    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift), left = 0;
 
     if (chunkmap_get (&rb->map, c) == CS_ZERO) {
       chunkmap_make_whole (&rb->map, c);
@@ -295,10 +299,14 @@ resume_partial (struct rb *rb)
     while (s < end) {
       unsigned n = RB_MIN (end - s, 64 - s % 64);
       uint64_t inval = ~chunkmap_valid_bits (&rb->map, s, n);
-      chunkmap_mark_bits (&rb->map, s,
-                          chunkmap_take_bits (&rb->map, s, n) & ~inval);
+      uint64_t keep = chunkmap_take_bits (&rb->map, s, n) & ~inval;
+
+      chunkmap_mark_bits (&rb->map, s, keep);
+      left |= keep;
       s += n;
     }
+    if (left == 0)
+      chunkmap_move (&rb->map, c, 1, CS_BIT (CS_DIRTY), CS_CLEAN, NULL);
     c++;
   }
 }
