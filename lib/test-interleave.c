@@ -2127,6 +2127,98 @@ test_resume_journal_partial (void)
   unlink (ram);
 }
 
+/* With ram= and journal=: a write answered (dirty in RAM, no commit
+ * point yet), then a crash.  The next start opens the engine (it
+ * replays the journal, resumes the image) and stops before rb_start,
+ * as nbdkit does when it cannot listen after the plugin got ready: the
+ * stop drains on its own thread, through the journal onto the store.
+ * The start after that must resume the image, not refuse it as older
+ * than the store (the journal left as not stopped cleanly is replayed
+ * again, which changes the store after the image's clean stop).
+ */
+static void
+test_resume_journal_unstarted (void)
+{
+  enum { DEV = MiB };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL, *jpath = NULL;
+  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  const uint64_t y = 9 * BIG_CHUNK + 3 * SECTOR;
+  GRand *r = g_rand_new_with_seed (151);
+  struct rb *rb;
+  uint64_t i;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL) {
+    g_rand_free (r);
+    return;
+  }
+  for (i = 0; i < DEV; i++)
+    model[i] = g_rand_int (r);
+  g_rand_free (r);
+  path = g_strdup_printf ("%s-store", ram);
+  jpath = g_strdup_printf ("%s-journal", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
+  close (fd);
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+  c.journal = jpath;
+  memset (model + y, 0x5a, SECTOR);
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1 ||
+        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+      _exit (2);
+    if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
+      _exit (4);
+    _exit (0);                  /* a crash: no clean stop */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("resume with journal= after a crash: %s", rb_get_error ());
+  g_assert_cmpint (rb_close (rb), ==, 0);       /* never started */
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("with ram= and journal=, after an engine opened and stopped "
+             "without a start: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("with ram= and journal=, after an engine opened and stopped "
+             "without a start: the device differs from what was written");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
+  close (fd);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("with ram= and journal=: after a clean stop the store differs "
+             "from what was written");
+  unlink (path);
+  unlink (jpath);
+  unlink (ram);
+}
+
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
  * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
  * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
@@ -3190,6 +3282,8 @@ main (int argc, char *argv[])
                    test_resume_journal_zero);
   g_test_add_func ("/interleave/resume-journal-partial",
                    test_resume_journal_partial);
+  g_test_add_func ("/interleave/resume-journal-unstarted",
+                   test_resume_journal_unstarted);
   g_test_add_func ("/interleave/populate-past-partial",
                    test_populate_past_partial);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);
