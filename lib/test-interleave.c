@@ -1915,6 +1915,310 @@ test_resume_journal_sectors (void)
   unlink (ram);
 }
 
+/* With ram= and journal=: the first 2 MiB of a 4 MiB device (32 chunks
+ * of 64 KiB, every one loaded, the store full of data) are zeroed, as
+ * a discard or mkfs does, and a FLUSH's commit point takes the 32 ZERO
+ * chunks: 32 zero extents, a few hundred bytes of journal.  The chunks
+ * move to CLEAN with their NB bits set, and the process ends before
+ * the transaction reaches the journal.  What RAM holds and the store
+ * does not is 2 MiB of zeroes, twice the 1 MiB journal as data, and
+ * 32 zero extents as what they are: the restart must take them back as
+ * zeroes, not refuse to start, and the store must then hold them.
+ */
+static void
+test_resume_journal_zero (void)
+{
+  enum { NCH = 32, DEV = 4 * MiB };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL, *jpath = NULL;
+  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  GRand *r = g_rand_new_with_seed (139);
+  struct rb *rb;
+  uint64_t i;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL) {
+    g_rand_free (r);
+    return;
+  }
+  for (i = 0; i < DEV; i++)
+    model[i] = g_rand_int (r);
+  g_rand_free (r);
+  path = g_strdup_printf ("%s-store", ram);
+  jpath = g_strdup_printf ("%s-journal", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
+  close (fd);
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+  c.journal = jpath;
+  memset (model, 0, NCH * BIG_CHUNK);
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1 ||
+        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+      _exit (2);
+    for (i = 0; i < NCH; i++)
+      if (rb_zero (rb, BIG_CHUNK, i * BIG_CHUNK, 0) == -1) {
+        fprintf (stderr, "zero: %s\n", rb_get_error ());
+        _exit (4);
+      }
+    if (chunkmap_get (&rb->map, NCH - 1) != CS_ZERO)
+      _exit (5);
+    rb_atomic_store (&crash_take_at,
+                     (NCH - 1) << rb->map.sect_per_chunk_shift);
+    rb_flush (rb);
+    _exit (3);                  /* the commit did not end the process */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("resume with journal=, after a crash in a commit point of %d "
+             "chunks of 64 KiB zeroed whole: %s", NCH, rb_get_error ());
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("resume with journal=: the device differs from what was "
+             "written before the crash");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
+  close (fd);
+  for (i = 0; i < DEV; i++)
+    if (got[i] != model[i])
+      g_error ("resume with journal=: after a clean stop the store holds "
+               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
+               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
+  unlink (path);
+  unlink (jpath);
+  unlink (ram);
+}
+
+/* With ram= and journal=, populate off, 64 KiB chunks: a read of the
+ * first sector of chunk X loads that sector alone (a partial chunk), a
+ * write of a sector of chunk Y is answered (dirty in RAM, no commit
+ * point yet), and a write of X's sector 5 ends the process in its
+ * copy: X is DIRTY with the bit of sector 5 set, and sector 5 is not
+ * valid yet (a write marks dirty before its copy, valid after it,
+ * io.c).  The resume takes that bit off (a write cut short, never
+ * acknowledged: resume.c, resume_partial), and nothing of X differs
+ * from the store any more: X must be CLEAN then, not DIRTY with no bit
+ * set.  Such a chunk, in the journal's first commit point beside Y,
+ * was marked pending capture and never captured (a capture copies the
+ * chunks of the transaction's data runs), and the next write to it
+ * copied it into a capture that had ended.  The restart runs in a
+ * child: a FLUSH, a write into X, a FLUSH, a clean stop; it must not
+ * die, and the store must then hold both writes.
+ */
+static void
+test_resume_journal_partial (void)
+{
+  enum { DEV = MiB };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL, *jpath = NULL;
+  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = false,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  const uint64_t x = 3 * BIG_CHUNK, y = 9 * BIG_CHUNK;
+  GRand *r = g_rand_new_with_seed (149);
+  struct rb *rb;
+  uint64_t i, cx = x / BIG_CHUNK;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL) {
+    g_rand_free (r);
+    return;
+  }
+  for (i = 0; i < DEV; i++)
+    model[i] = g_rand_int (r);
+  g_rand_free (r);
+  path = g_strdup_printf ("%s-store", ram);
+  jpath = g_strdup_printf ("%s-journal", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
+  close (fd);
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+  c.journal = jpath;
+  memset (model + y, 0x5a, SECTOR);
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    uint8_t *d = g_malloc (SECTOR);
+
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1)
+      _exit (2);
+    if (rb_pread (rb, d, SECTOR, x) == -1 ||
+        !chunkmap_partial (&rb->map, cx))
+      _exit (4);
+    if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
+      _exit (5);
+    memset (d, 0xa5, SECTOR);
+    crash_copy = true;
+    rb_pwrite (rb, d, SECTOR, x + 5 * SECTOR, 0);
+    _exit (3);                  /* the copy did not end the process */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  memset (model + x + 7 * SECTOR, 0x3c, SECTOR);
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1)
+      _exit (2);
+    if (rb_flush (rb) == -1)
+      _exit (4);
+    if (rb_pwrite (rb, model + x + 7 * SECTOR, SECTOR, x + 7 * SECTOR, 0)
+        == -1 || rb_flush (rb) == -1)
+      _exit (5);
+    if (rb_pread (rb, got, DEV, 0) == -1 || memcmp (got, model, DEV) != 0)
+      _exit (6);
+    _exit (rb_close (rb) == 0 ? 0 : 7);
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  if (WIFSIGNALED (st))
+    g_error ("resume with journal=, then a FLUSH and a write into chunk %"
+             PRIu64 ": the restarted process died of signal %d (%s)", cx,
+             WTERMSIG (st), strsignal (WTERMSIG (st)));
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
+  close (fd);
+  for (i = 0; i < DEV; i++)
+    if (got[i] != model[i])
+      g_error ("resume with journal=: after a clean stop the store holds "
+               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
+               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
+  unlink (path);
+  unlink (jpath);
+  unlink (ram);
+}
+
+/* With ram= and journal=: a write answered (dirty in RAM, no commit
+ * point yet), then a crash.  The next start opens the engine (it
+ * replays the journal, resumes the image) and stops before rb_start,
+ * as nbdkit does when it cannot listen after the plugin got ready: the
+ * stop drains on its own thread, through the journal onto the store.
+ * The start after that must resume the image, not refuse it as older
+ * than the store (the journal left as not stopped cleanly is replayed
+ * again, which changes the store after the image's clean stop).
+ */
+static void
+test_resume_journal_unstarted (void)
+{
+  enum { DEV = MiB };
+  g_autofree char *ram = shm_ram_path ();
+  g_autofree char *path = NULL, *jpath = NULL;
+  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  const uint64_t y = 9 * BIG_CHUNK + 3 * SECTOR;
+  GRand *r = g_rand_new_with_seed (151);
+  struct rb *rb;
+  uint64_t i;
+  pid_t pid;
+  int fd, st;
+
+  if (ram == NULL) {
+    g_rand_free (r);
+    return;
+  }
+  for (i = 0; i < DEV; i++)
+    model[i] = g_rand_int (r);
+  g_rand_free (r);
+  path = g_strdup_printf ("%s-store", ram);
+  jpath = g_strdup_printf ("%s-journal", ram);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
+  close (fd);
+  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  c.store.uri = path;
+  c.ram = ram;
+  c.journal = jpath;
+  memset (model + y, 0x5a, SECTOR);
+
+  pid = fork ();
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0) {
+    rb = rb_open (&c);
+    if (rb == NULL || rb_start (rb) == -1 ||
+        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+      _exit (2);
+    if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
+      _exit (4);
+    _exit (0);                  /* a crash: no clean stop */
+  }
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("resume with journal= after a crash: %s", rb_get_error ());
+  g_assert_cmpint (rb_close (rb), ==, 0);       /* never started */
+
+  rb = rb_open (&c);
+  if (rb == NULL)
+    g_error ("with ram= and journal=, after an engine opened and stopped "
+             "without a start: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("with ram= and journal=, after an engine opened and stopped "
+             "without a start: the device differs from what was written");
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  fd = open (path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
+  close (fd);
+  if (memcmp (got, model, DEV) != 0)
+    g_error ("with ram= and journal=: after a clean stop the store differs "
+             "from what was written");
+  unlink (path);
+  unlink (jpath);
+  unlink (ram);
+}
+
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
  * what it wrote back is durable within about SWEEP_SYNC_NS (flush.c),
  * not after the whole sweep.  1 MiB dirty at 512 KiB/s: the first
@@ -2974,6 +3278,12 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/resume-empty-ram", test_resume_empty_ram);
   g_test_add_func ("/interleave/resume-journal-sectors",
                    test_resume_journal_sectors);
+  g_test_add_func ("/interleave/resume-journal-zero",
+                   test_resume_journal_zero);
+  g_test_add_func ("/interleave/resume-journal-partial",
+                   test_resume_journal_partial);
+  g_test_add_func ("/interleave/resume-journal-unstarted",
+                   test_resume_journal_unstarted);
   g_test_add_func ("/interleave/populate-past-partial",
                    test_populate_past_partial);
   g_test_add_func ("/interleave/sweep-syncs", test_sweep_syncs);

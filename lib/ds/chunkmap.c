@@ -476,15 +476,23 @@ chunkmap_invalid (const struct chunkmap *cm, uint64_t s, unsigned n)
 {
   uint64_t c = s >> cm->sect_per_chunk_shift;
   uint64_t all;
+  enum chunk_state st;
 
   if (s >= cm->nsect)
     return 0;
   n = RB_MIN_U (n, cm->nsect - s);      /* none past the device */
   all = n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
 
+  /* The state before P: P is set before a chunk leaves EMPTY, so a
+   * chunk seen loaded is seen partial if it is.  (P first, then the
+   * state, saw an EMPTY chunk that a load of other sectors made
+   * partial and CLEAN in between as whole: its sectors not loaded were
+   * read from RAM as zeroes.)
+   */
+  st = chunkmap_get (cm, c);
   if (chunkmap_partial (cm, c))
     return ~chunkmap_valid_bits (cm, s, n) & all;
-  return chunkmap_get (cm, c) == CS_EMPTY ? all : 0;
+  return st == CS_EMPTY ? all : 0;
 }
 
 uint64_t

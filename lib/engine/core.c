@@ -283,9 +283,15 @@ rb_close (struct rb *rb)
   rbi_slots_free (rb);
   if (rb->map.words)
     chunkmap_free (&rb->map);
-  /* A ram= file is kept either way; clean says what it holds. */
+  /* A ram= file is kept either way; clean says what it holds.  The
+   * journal is marked empty if it is (rbj_close: every transaction
+   * applied and synced), started or not: a stop before rb_start drains
+   * on this thread (txn.c, txn_stop), and a journal left as it was
+   * would be replayed onto the store after the image's clean stop,
+   * which then refuses the image as older than the store.
+   */
   ramimage_close (&rb->ram, r == 0);
-  rbi_txn_close (rb, r == 0 && rb->started);
+  rbi_txn_close (rb, r == 0);
   rb_store_close (rb->store);
   rangelock_destroy (&rb->rl);
   rb_cond_destroy (&rb->populated_cond);

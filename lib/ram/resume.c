@@ -64,7 +64,9 @@
  *
  * With journal= the chunks with NB are compared with the store instead
  * (resume_compare), sector by sector, and only the sectors that differ
- * become dirty.  There the whole chunks could be refused: the journal
+ * become dirty (a whole chunk of zeroes that differs becomes ZERO, one
+ * zero extent, as the zero request that made it was).  There the whole
+ * chunks could be refused: the journal
  * must take everything dirty at the first commit point in one
  * transaction, and a running ramback bounds the dirty data in sectors
  * (txn.c), so a commit point that held one sector of each of many
@@ -275,6 +277,10 @@ word_has_zero (uint64_t word)
  * copy and valid after it, io.c): never acknowledged, and its RAM is
  * loaded again from the store, so it is not dirty.  (The marks above
  * set every sector of a chunk; this takes those not valid off again.)
+ * A DIRTY chunk left with no bit holds nothing the store lacks: it
+ * becomes CLEAN, as the flusher makes such a chunk (chunkmap.h).  Left
+ * DIRTY, the journal's commit point would take it with no data, which
+ * its capture does not expect (txn.c).
  */
 static void
 resume_partial (struct rb *rb)
@@ -283,7 +289,7 @@ resume_partial (struct rb *rb)
   uint64_t c = 0;
 
   while ((c = chunkmap_next_partial (&rb->map, c)) != UINT64_MAX) {
-    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift), left = 0;
 
     if (chunkmap_get (&rb->map, c) == CS_ZERO) {
       chunkmap_make_whole (&rb->map, c);
@@ -293,10 +299,14 @@ resume_partial (struct rb *rb)
     while (s < end) {
       unsigned n = RB_MIN (end - s, 64 - s % 64);
       uint64_t inval = ~chunkmap_valid_bits (&rb->map, s, n);
-      chunkmap_mark_bits (&rb->map, s,
-                          chunkmap_take_bits (&rb->map, s, n) & ~inval);
+      uint64_t keep = chunkmap_take_bits (&rb->map, s, n) & ~inval;
+
+      chunkmap_mark_bits (&rb->map, s, keep);
+      left |= keep;
       s += n;
     }
+    if (left == 0)
+      chunkmap_move (&rb->map, c, 1, CS_BIT (CS_DIRTY), CS_CLEAN, NULL);
     c++;
   }
 }
@@ -314,11 +324,24 @@ resume_whole (struct rb *rb, uint64_t c)
                    UINT64_C (1) << rb->map.sect_per_chunk_shift);
 }
 
+static bool
+all_zero (const uint8_t *p, uint64_t n)
+{
+  return n == 0 || (p[0] == 0 && memcmp (p, p + 1, n - 1) == 0);
+}
+
 /* Chunk c (CLEAN or DIRTY, NB set) against 'stored', what the synced
  * store holds for it: the sectors that differ (the valid ones of a
  * partial chunk; the others are loaded again) get their bits, and a
  * CLEAN chunk with any moves to DIRTY; one with none matches the
  * durable store and loses its NB bit.  A DIRTY chunk keeps its bits.
+ *
+ * A whole chunk of zeroes in RAM that differs moves to ZERO instead,
+ * written back as one zero extent, as a zero request's chunk is: a
+ * lost commit point took a chunk zeroed whole as an extent of a few
+ * bytes, and its sectors as data could be many times what the journal
+ * holds (a discard of the device, then a crash before the commit
+ * reached the journal).  It writes the same zeroes.
  */
 static void
 compare_chunk (struct rb *rb, uint64_t c, const uint8_t *stored)
@@ -328,6 +351,7 @@ compare_chunk (struct rb *rb, uint64_t c, const uint8_t *stored)
   uint64_t sect = (uint64_t) rb->chunk_size >> shift, s0 = c << shift, i;
   const uint8_t *ram = rb->ram.base + off;
   bool part = chunkmap_partial (&rb->map, c), differs = false;
+  bool zero = !part && all_zero (ram, len);
 
   for (i = 0; i * sect < len; i++) {
     uint64_t n = RB_MIN (sect, len - i * sect);
@@ -336,8 +360,14 @@ compare_chunk (struct rb *rb, uint64_t c, const uint8_t *stored)
       continue;
     if (memcmp (ram + i * sect, stored + i * sect, n) != 0) {
       differs = true;
-      chunkmap_mark (&rb->map, s0 + i, 1);
+      if (!zero)
+        chunkmap_mark (&rb->map, s0 + i, 1);
     }
+  }
+  if (differs && zero) {
+    chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN) | CS_BIT (CS_DIRTY),
+                   CS_ZERO, NULL);
+    return;
   }
   if (chunkmap_get (&rb->map, c) != CS_CLEAN)
     return;

@@ -179,10 +179,43 @@ choose_cfg (struct sim_cfg *c, uint64_t seed, uint64_t ops)
 
     if (nchunks > 17 && (!c->journal || seed % 2 == 0) && PICK (2)) {
       c->ram_size = (16 + PICK (nchunks - 17)) * (uint64_t) c->chunk_size;
-      if (c->dirty_max >= c->ram_size)
+      /* With journal= a request goes into RAM whole, beside the dirty
+       * data: rb_open refuses a dirty-max= that leaves room for fewer
+       * than two chunks (slots.c, journal_room).
+       */
+      if (c->dirty_max >= c->ram_size ||
+          (c->journal && c->dirty_max > c->ram_size - 2 * c->chunk_size))
         c->dirty_max = c->ram_size / 2;
     }
   }
+  /* After the ram-size= picks, for the same reason. */
+  c->crash_open = c->crash_permille && PICK (2);
+}
+
+/* A crash in a restart's recovery (crash_open): the nemesis arms its
+ * crashes only while the workload runs, so without this no lifetime
+ * ends inside rb_open and rb_start, where the journal is replayed and
+ * the RAM image resumed (and, with journal=, compared with the store):
+ * a crash there must leave what the next start can recover, and it
+ * must start.  Half of the lifetimes after a crash or power cut arm
+ * one within their first 16 to 2048 scheduling points (an open takes
+ * some tens to about a thousand), from a draw of their own: the
+ * scheduler's PRNG, hence the rest of the run, is the same whether or
+ * not it fires.  Disarmed once the engine is started.
+ */
+static void
+arm_crash_in_open (void)
+{
+  uint64_t s = sim->cfg.seed * UINT64_C (0x100000001b3) + sim->lifetime;
+  uint64_t h = rb_splitmix64 (&s), window;
+
+  if (!sim->cfg.crash_open || sim->lifetime == 0 || h % 2)
+    return;
+  window = UINT64_C (8) << (1 + (h >> 1) % 8);
+  crash_kind = (h >> 4) % 2 ? END_POWER_CUT : END_CRASH;
+  crash_at = sim_points () + 1 + (h >> 8) % window;
+  sim_trace ("%s armed in the open, at point %" PRIu64,
+             crash_kind == END_CRASH ? "crash" : "power cut", crash_at);
 }
 
 /* ---- the engine ---- */
@@ -969,7 +1002,9 @@ lifetime (void)
   sim->back.max_latency_ns = (uint64_t[]) { 0, 100000, 2000000 }
     [sim->cfg.seed % 3];
   sim->jdev.max_latency_ns = sim->back.max_latency_ns;
+  arm_crash_in_open ();
   open_engine ();
+  crash_at = UINT64_MAX;
   if (sim->lifetime > 0)
     check_recovered ("restart after a crash", true);
   start_clients ();

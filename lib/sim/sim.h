@@ -102,6 +102,7 @@ struct sim_cfg {
   bool can_fua;
   unsigned crash_permille;      /* chance per nemesis step of a crash */
   uint64_t ram_size;            /* ram-size=, 0: the whole device */
+  bool crash_open;              /* crashes in a restart's recovery too */
   bool verbose;
 };
 
