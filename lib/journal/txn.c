@@ -1000,15 +1000,24 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
+      uint64_t took = 1;
+
       if (rb->map.sect) {
         uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+        took = 0;
         while (s < end) {
           unsigned n = RB_MIN (end - s, 64 - s % 64);
-          chunkmap_take_bits (&rb->map, s, n);
+          took |= chunkmap_take_bits (&rb->map, s, n);
           s += n;
         }
       }
-      if (pend && r->kind == CS_DIRTY)
+      /* Pending only with data in x: a DIRTY chunk without a bit set
+       * has no extent in x (collect_sectors), so no capture would ever
+       * clear its bit, and a later write would copy into a capture
+       * that has ended.
+       */
+      if (pend && r->kind == CS_DIRTY && took)
         bit_set (t->pending, c);
     }
   }
