@@ -1967,9 +1967,12 @@ test_resume_journal_zero (void)
   pid = fork ();
   g_assert_cmpint (pid, >=, 0);
   if (pid == 0) {
+    /* No populator: its thread, finished and not joined at the _exit,
+     * is a leak to ThreadSanitizer (exit status 66).
+     */
+    c.populate = false;
     rb = rb_open (&c);
-    if (rb == NULL || rb_start (rb) == -1 ||
-        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+    if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     for (i = 0; i < NCH; i++)
       if (rb_zero (rb, BIG_CHUNK, i * BIG_CHUNK, 0) == -1) {
@@ -2179,9 +2182,12 @@ test_resume_journal_unstarted (void)
   pid = fork ();
   g_assert_cmpint (pid, >=, 0);
   if (pid == 0) {
+    /* No populator: its thread, finished and not joined at the _exit,
+     * is a leak to ThreadSanitizer (exit status 66).
+     */
+    c.populate = false;
     rb = rb_open (&c);
-    if (rb == NULL || rb_start (rb) == -1 ||
-        rb_wait_populated (rb, TS_TIMEOUT_S * 1000) == -1)
+    if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
       _exit (4);
