@@ -62,6 +62,13 @@
  * Each one's extents are written in place on the backing store, which
  * is synced at the end.  Replaying again writes the same bytes to the
  * same places: a crash during replay is repaired by replaying again.
+ * That needs every transaction replay reads to be durable in the
+ * journal, so the journal is synced before it is read: a process that
+ * died between an append and its sync leaves the transaction in the
+ * store's cache, where replay finds it, and a power cut during that
+ * replay would otherwise keep some of its in-place writes (a disk
+ * writes its cache back in any order) and lose the transaction that
+ * completes them.
  *
  * Wrap-around: the committer appends at the head only into space that
  * the tail has left, and before it overwrites space that the *durable*
@@ -814,6 +821,12 @@ rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
   rb_mutex_init (&j->lock);
   j->store = js;
   j->back_size = back->size;
+  /* What replay reads must be durable first (see the top). */
+  if (js->ops->flush (js) == -1) {
+    rb_set_error (errno, "journal=%s: cannot sync it before replaying it: "
+                  "%s", name, rb_get_error ());
+    goto fail;
+  }
   if (rb_store_pread (js, head, sizeof head, 0) == -1) {
     rb_set_error (errno, "journal=%s: cannot read its super block: %s",
                   name, rb_get_error ());
