@@ -21,7 +21,7 @@ start_remote srv file "$TMP/back.img"
 # Counts connections in $TMP/count.  ramback starts before the flapping
 # does: its start needs one handshake through, which 50 ms do not always
 # allow on a loaded machine.
-py - "$TMP/proxy.sock" "$srv_sock" "$TMP/flap" "$TMP/count" <<'PY' &
+/usr/bin/python3 - "$TMP/proxy.sock" "$srv_sock" "$TMP/flap" "$TMP/count" <<'PY' &
 import os, socket, sys, threading, time
 lsock, target, flap, count = sys.argv[1:]
 n = 0
