@@ -1802,6 +1802,157 @@ test_resume_empty_ram (void)
   unlink (ram);
 }
 
+/* --- crashes with ram= and journal=, across processes ---------------- */
+
+/* A device of 'dev' bytes of random data in a file store ('model':
+ * what it must read), a 1 MiB journal file, a ram= image in /dev/shm,
+ * and 'c' set for them: 64 KiB chunks, populate, fsync=wait, no commit
+ * but those asked for.  A test crashes a child process (fork, then
+ * _exit in the middle of something, as kill -9 would) and starts again,
+ * in itself or in another child.  A child runs without the populator:
+ * its thread, finished and not joined at the _exit, is a leak to
+ * ThreadSanitizer (exit status 66).  False (the test skipped) without
+ * /dev/shm.
+ */
+struct crashfx {
+  char *ram, *path, *jpath;
+  uint8_t *model;
+  uint64_t dev;
+  struct rb_config c;
+};
+
+static bool
+crashfx_open (struct crashfx *cf, uint64_t dev, guint32 seed)
+{
+  GRand *r;
+  uint64_t i;
+  int fd;
+
+  memset (cf, 0, sizeof *cf);
+  cf->ram = shm_ram_path ();
+  if (cf->ram == NULL)
+    return false;
+  cf->dev = dev;
+  cf->model = g_malloc (dev);
+  r = g_rand_new_with_seed (seed);
+  for (i = 0; i < dev; i++)
+    cf->model[i] = g_rand_int (r);
+  g_rand_free (r);
+  cf->path = g_strdup_printf ("%s-store", cf->ram);
+  cf->jpath = g_strdup_printf ("%s-journal", cf->ram);
+  fd = open (cf->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, cf->model, dev, 0), ==, (ssize_t) dev);
+  close (fd);
+  fd = open (cf->jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
+  close (fd);
+  cf->c = (struct rb_config) {
+    .chunk_size = BIG_CHUNK, .populate = true, .fsync_wait = true,
+    .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+    .store.tls_verify_peer = -1, .store.uri = cf->path, .ram = cf->ram,
+    .journal = cf->jpath,
+  };
+  return true;
+}
+
+/* Fork a child (returns 0 in it, with the populator off). */
+static pid_t
+crashfx_fork (struct crashfx *cf)
+{
+  pid_t pid = fork ();
+
+  g_assert_cmpint (pid, >=, 0);
+  if (pid == 0)
+    cf->c.populate = false;
+  return pid;
+}
+
+/* The child ended with status 0 (its own _exit (0) at the crash). */
+static void
+crashfx_wait (pid_t pid)
+{
+  int st;
+
+  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
+  g_assert_true (WIFEXITED (st));
+  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+}
+
+/* In a child: a FLUSH's commit point, and the process ends right after
+ * it takes the sector bits of chunk c (the last it takes).
+ */
+static void __attribute__ ((__noreturn__))
+crashfx_crash_in_commit (struct rb *rb, uint64_t c)
+{
+  rb_atomic_store (&crash_take_at, c << rb->map.sect_per_chunk_shift);
+  rb_flush (rb);
+  _exit (3);                    /* the commit did not end the process */
+}
+
+/* The restart after the crash: rb_open must take the image. */
+static struct rb *
+crashfx_reopen (struct crashfx *cf, const char *what)
+{
+  struct rb *rb = rb_open (&cf->c);
+
+  if (rb == NULL)
+    g_error ("%s: %s", what, rb_get_error ());
+  return rb;
+}
+
+/* After a clean stop, the store file holds the model. */
+static void
+crashfx_check_store (struct crashfx *cf, const char *what)
+{
+  g_autofree uint8_t *got = g_malloc (cf->dev);
+  uint64_t i;
+  int fd;
+
+  fd = open (cf->path, O_RDONLY);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, got, cf->dev, 0), ==, (ssize_t) cf->dev);
+  close (fd);
+  for (i = 0; i < cf->dev; i++)
+    if (got[i] != cf->model[i])
+      g_error ("%s: after a clean stop the store holds %02x at byte %"
+               PRIu64 " (chunk %" PRIu64 "), the device %02x", what, got[i],
+               i, i / BIG_CHUNK, cf->model[i]);
+}
+
+/* rb, opened after the crash: started, it reads the model, and a clean
+ * stop puts the model on the store.
+ */
+static void
+crashfx_serve (struct crashfx *cf, struct rb *rb, const char *what)
+{
+  g_autofree uint8_t *got = g_malloc (cf->dev);
+
+  g_assert_cmpint (rb_start (rb), ==, 0);
+  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
+  g_assert_cmpint (rb_pread (rb, got, cf->dev, 0), ==, 0);
+  if (memcmp (got, cf->model, cf->dev) != 0)
+    g_error ("%s: the device differs from what was written before the "
+             "crash", what);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  crashfx_check_store (cf, what);
+}
+
+static void
+crashfx_free (struct crashfx *cf)
+{
+  if (cf->ram == NULL)
+    return;
+  unlink (cf->path);
+  unlink (cf->jpath);
+  unlink (cf->ram);
+  g_free (cf->path);
+  g_free (cf->jpath);
+  g_free (cf->ram);
+  g_free (cf->model);
+}
+
 /* With ram= and journal=: a FLUSH's commit point takes one 4 KiB
  * sector of each of 32 chunks of 64 KiB, every chunk whole in RAM; the
  * chunks move to CLEAN with their NB bits set, and the process ends
@@ -1814,55 +1965,26 @@ test_resume_empty_ram (void)
 static void
 test_resume_journal_sectors (void)
 {
-  enum { NCH = 32, DEV = 4 * MiB };
-  g_autofree char *ram = shm_ram_path ();
-  g_autofree char *path = NULL, *jpath = NULL;
-  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
+  enum { NCH = 32 };
   g_autofree uint8_t *stored = NULL;
-  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
-                         .fsync_wait = true,
-                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
-                         .store.tls_verify_peer = -1 };
-  GRand *r = g_rand_new_with_seed (131);
+  struct crashfx cf;
   struct rb *rb;
   uint64_t i, sectors;
   pid_t pid;
-  int fd, st;
 
-  if (ram == NULL) {
-    g_rand_free (r);
+  if (!crashfx_open (&cf, 4 * MiB, 131))
     return;
-  }
-  for (i = 0; i < DEV; i++)
-    model[i] = g_rand_int (r);
-  g_rand_free (r);
-  stored = g_memdup2 (model, DEV);
-  path = g_strdup_printf ("%s-store", ram);
-  jpath = g_strdup_printf ("%s-journal", ram);
-  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
-  close (fd);
-  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
-  close (fd);
-  c.store.uri = path;
-  c.ram = ram;
-  c.journal = jpath;
+  stored = g_memdup2 (cf.model, cf.dev);
   for (i = 0; i < NCH; i++)
-    memset (model + i * BIG_CHUNK + i % 16 * CHUNK, (int) i + 1, CHUNK);
+    memset (cf.model + i * BIG_CHUNK + i % 16 * CHUNK, (int) i + 1, CHUNK);
 
-  pid = fork ();
-  g_assert_cmpint (pid, >=, 0);
+  pid = crashfx_fork (&cf);
   if (pid == 0) {
-    /* The chunks loaded whole by writes of what the store holds, not
-     * by the populator, whose thread, finished and not joined, the
-     * ThreadSanitizer would report at the _exit; committed a quarter
-     * at a time (the journal holds less than all of them).
+    /* The chunks made whole by writes of what the store holds,
+     * committed a quarter at a time (the journal holds less than all
+     * of them).
      */
-    c.populate = false;
-    rb = rb_open (&c);
+    rb = rb_open (&cf.c);
     if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     for (i = 0; i < NCH; i++) {
@@ -1873,46 +1995,22 @@ test_resume_journal_sectors (void)
     }
     for (i = 0; i < NCH; i++) {
       uint64_t off = i * BIG_CHUNK + i % 16 * CHUNK;
-      if (rb_pwrite (rb, model + off, CHUNK, off, 0) == -1)
+      if (rb_pwrite (rb, cf.model + off, CHUNK, off, 0) == -1)
         _exit (4);
     }
-    rb_atomic_store (&crash_take_at,
-                     (NCH - 1) << rb->map.sect_per_chunk_shift);
-    rb_flush (rb);
-    _exit (3);                  /* the commit did not end the process */
+    crashfx_crash_in_commit (rb, NCH - 1);
   }
-  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
-  g_assert_true (WIFEXITED (st));
-  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+  crashfx_wait (pid);
 
-  rb = rb_open (&c);
-  if (rb == NULL)
-    g_error ("resume with journal=, after a crash in a commit point of %d "
-             "sectors of 4 KiB in %d chunks of 64 KiB: %s", NCH, NCH,
-             rb_get_error ());
+  rb = crashfx_reopen (&cf, "resume with journal=, after a crash in a "
+                       "commit point of 32 sectors of 4 KiB in 32 chunks "
+                       "of 64 KiB");
   sectors = chunkmap_sectors_set (&rb->map);
   if (sectors != NCH)
     g_error ("resume with journal=: %" PRIu64 " sectors to write back, want "
              "%d (those the lost transaction held)", sectors, NCH);
-  g_assert_cmpint (rb_start (rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
-  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
-  if (memcmp (got, model, DEV) != 0)
-    g_error ("resume with journal=: the device differs from what was "
-             "written before the crash");
-  g_assert_cmpint (rb_close (rb), ==, 0);
-  fd = open (path, O_RDONLY);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
-  close (fd);
-  for (i = 0; i < DEV; i++)
-    if (got[i] != model[i])
-      g_error ("resume with journal=: after a clean stop the store holds "
-               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
-               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
-  unlink (path);
-  unlink (jpath);
-  unlink (ram);
+  crashfx_serve (&cf, rb, "resume with journal=");
+  crashfx_free (&cf);
 }
 
 /* With ram= and journal=: the first 2 MiB of a 4 MiB device (32 chunks
@@ -1928,50 +2026,19 @@ test_resume_journal_sectors (void)
 static void
 test_resume_journal_zero (void)
 {
-  enum { NCH = 32, DEV = 4 * MiB };
-  g_autofree char *ram = shm_ram_path ();
-  g_autofree char *path = NULL, *jpath = NULL;
-  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
-  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
-                         .fsync_wait = true,
-                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
-                         .store.tls_verify_peer = -1 };
-  GRand *r = g_rand_new_with_seed (139);
+  enum { NCH = 32 };
+  struct crashfx cf;
   struct rb *rb;
   uint64_t i;
   pid_t pid;
-  int fd, st;
 
-  if (ram == NULL) {
-    g_rand_free (r);
+  if (!crashfx_open (&cf, 4 * MiB, 139))
     return;
-  }
-  for (i = 0; i < DEV; i++)
-    model[i] = g_rand_int (r);
-  g_rand_free (r);
-  path = g_strdup_printf ("%s-store", ram);
-  jpath = g_strdup_printf ("%s-journal", ram);
-  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
-  close (fd);
-  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
-  close (fd);
-  c.store.uri = path;
-  c.ram = ram;
-  c.journal = jpath;
-  memset (model, 0, NCH * BIG_CHUNK);
+  memset (cf.model, 0, NCH * BIG_CHUNK);
 
-  pid = fork ();
-  g_assert_cmpint (pid, >=, 0);
+  pid = crashfx_fork (&cf);
   if (pid == 0) {
-    /* No populator: its thread, finished and not joined at the _exit,
-     * is a leak to ThreadSanitizer (exit status 66).
-     */
-    c.populate = false;
-    rb = rb_open (&c);
+    rb = rb_open (&cf.c);
     if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     for (i = 0; i < NCH; i++)
@@ -1981,38 +2048,14 @@ test_resume_journal_zero (void)
       }
     if (chunkmap_get (&rb->map, NCH - 1) != CS_ZERO)
       _exit (5);
-    rb_atomic_store (&crash_take_at,
-                     (NCH - 1) << rb->map.sect_per_chunk_shift);
-    rb_flush (rb);
-    _exit (3);                  /* the commit did not end the process */
+    crashfx_crash_in_commit (rb, NCH - 1);
   }
-  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
-  g_assert_true (WIFEXITED (st));
-  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+  crashfx_wait (pid);
 
-  rb = rb_open (&c);
-  if (rb == NULL)
-    g_error ("resume with journal=, after a crash in a commit point of %d "
-             "chunks of 64 KiB zeroed whole: %s", NCH, rb_get_error ());
-  g_assert_cmpint (rb_start (rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
-  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
-  if (memcmp (got, model, DEV) != 0)
-    g_error ("resume with journal=: the device differs from what was "
-             "written before the crash");
-  g_assert_cmpint (rb_close (rb), ==, 0);
-  fd = open (path, O_RDONLY);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
-  close (fd);
-  for (i = 0; i < DEV; i++)
-    if (got[i] != model[i])
-      g_error ("resume with journal=: after a clean stop the store holds "
-               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
-               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
-  unlink (path);
-  unlink (jpath);
-  unlink (ram);
+  rb = crashfx_reopen (&cf, "resume with journal=, after a crash in a "
+                       "commit point of 32 chunks of 64 KiB zeroed whole");
+  crashfx_serve (&cf, rb, "resume with journal=");
+  crashfx_free (&cf);
 }
 
 /* With ram= and journal=, populate off, 64 KiB chunks: a read of the
@@ -2034,78 +2077,51 @@ test_resume_journal_zero (void)
 static void
 test_resume_journal_partial (void)
 {
-  enum { DEV = MiB };
-  g_autofree char *ram = shm_ram_path ();
-  g_autofree char *path = NULL, *jpath = NULL;
-  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
-  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = false,
-                         .fsync_wait = true,
-                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
-                         .store.tls_verify_peer = -1 };
   const uint64_t x = 3 * BIG_CHUNK, y = 9 * BIG_CHUNK;
-  GRand *r = g_rand_new_with_seed (149);
+  uint64_t cx = x / BIG_CHUNK;
+  struct crashfx cf;
   struct rb *rb;
-  uint64_t i, cx = x / BIG_CHUNK;
   pid_t pid;
-  int fd, st;
+  int st;
 
-  if (ram == NULL) {
-    g_rand_free (r);
+  if (!crashfx_open (&cf, MiB, 149))
     return;
-  }
-  for (i = 0; i < DEV; i++)
-    model[i] = g_rand_int (r);
-  g_rand_free (r);
-  path = g_strdup_printf ("%s-store", ram);
-  jpath = g_strdup_printf ("%s-journal", ram);
-  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
-  close (fd);
-  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
-  close (fd);
-  c.store.uri = path;
-  c.ram = ram;
-  c.journal = jpath;
-  memset (model + y, 0x5a, SECTOR);
+  memset (cf.model + y, 0x5a, SECTOR);
 
-  pid = fork ();
-  g_assert_cmpint (pid, >=, 0);
+  pid = crashfx_fork (&cf);
   if (pid == 0) {
     uint8_t *d = g_malloc (SECTOR);
 
-    rb = rb_open (&c);
+    rb = rb_open (&cf.c);
     if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     if (rb_pread (rb, d, SECTOR, x) == -1 ||
         !chunkmap_partial (&rb->map, cx))
       _exit (4);
-    if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
+    if (rb_pwrite (rb, cf.model + y, SECTOR, y, 0) == -1)
       _exit (5);
     memset (d, 0xa5, SECTOR);
     crash_copy = true;
     rb_pwrite (rb, d, SECTOR, x + 5 * SECTOR, 0);
     _exit (3);                  /* the copy did not end the process */
   }
-  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
-  g_assert_true (WIFEXITED (st));
-  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+  crashfx_wait (pid);
 
-  memset (model + x + 7 * SECTOR, 0x3c, SECTOR);
-  pid = fork ();
-  g_assert_cmpint (pid, >=, 0);
+  memset (cf.model + x + 7 * SECTOR, 0x3c, SECTOR);
+  pid = crashfx_fork (&cf);
   if (pid == 0) {
-    rb = rb_open (&c);
+    uint8_t *got = g_malloc (cf.dev);
+
+    rb = rb_open (&cf.c);
     if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
     if (rb_flush (rb) == -1)
       _exit (4);
-    if (rb_pwrite (rb, model + x + 7 * SECTOR, SECTOR, x + 7 * SECTOR, 0)
-        == -1 || rb_flush (rb) == -1)
+    if (rb_pwrite (rb, cf.model + x + 7 * SECTOR, SECTOR, x + 7 * SECTOR,
+                   0) == -1 || rb_flush (rb) == -1)
       _exit (5);
-    if (rb_pread (rb, got, DEV, 0) == -1 || memcmp (got, model, DEV) != 0)
+    if (rb_pread (rb, got, cf.dev, 0) == -1 ||
+        memcmp (got, cf.model, cf.dev) != 0)
       _exit (6);
     _exit (rb_close (rb) == 0 ? 0 : 7);
   }
@@ -2116,18 +2132,8 @@ test_resume_journal_partial (void)
              WTERMSIG (st), strsignal (WTERMSIG (st)));
   g_assert_true (WIFEXITED (st));
   g_assert_cmpint (WEXITSTATUS (st), ==, 0);
-  fd = open (path, O_RDONLY);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
-  close (fd);
-  for (i = 0; i < DEV; i++)
-    if (got[i] != model[i])
-      g_error ("resume with journal=: after a clean stop the store holds "
-               "%02x at byte %" PRIu64 " (chunk %" PRIu64 "), the device "
-               "%02x", got[i], i, i / BIG_CHUNK, model[i]);
-  unlink (path);
-  unlink (jpath);
-  unlink (ram);
+  crashfx_check_store (&cf, "resume with journal=");
+  crashfx_free (&cf);
 }
 
 /* With ram= and journal=: a write answered (dirty in RAM, no commit
@@ -2142,87 +2148,34 @@ test_resume_journal_partial (void)
 static void
 test_resume_journal_unstarted (void)
 {
-  enum { DEV = MiB };
-  g_autofree char *ram = shm_ram_path ();
-  g_autofree char *path = NULL, *jpath = NULL;
-  g_autofree uint8_t *model = g_malloc (DEV), *got = g_malloc (DEV);
-  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
-                         .fsync_wait = true,
-                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
-                         .store.tls_verify_peer = -1 };
   const uint64_t y = 9 * BIG_CHUNK + 3 * SECTOR;
-  GRand *r = g_rand_new_with_seed (151);
+  struct crashfx cf;
   struct rb *rb;
-  uint64_t i;
   pid_t pid;
-  int fd, st;
 
-  if (ram == NULL) {
-    g_rand_free (r);
+  if (!crashfx_open (&cf, MiB, 151))
     return;
-  }
-  for (i = 0; i < DEV; i++)
-    model[i] = g_rand_int (r);
-  g_rand_free (r);
-  path = g_strdup_printf ("%s-store", ram);
-  jpath = g_strdup_printf ("%s-journal", ram);
-  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pwrite (fd, model, DEV, 0), ==, DEV);
-  close (fd);
-  fd = open (jpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (ftruncate (fd, MiB), ==, 0);
-  close (fd);
-  c.store.uri = path;
-  c.ram = ram;
-  c.journal = jpath;
-  memset (model + y, 0x5a, SECTOR);
+  memset (cf.model + y, 0x5a, SECTOR);
 
-  pid = fork ();
-  g_assert_cmpint (pid, >=, 0);
+  pid = crashfx_fork (&cf);
   if (pid == 0) {
-    /* No populator: its thread, finished and not joined at the _exit,
-     * is a leak to ThreadSanitizer (exit status 66).
-     */
-    c.populate = false;
-    rb = rb_open (&c);
+    rb = rb_open (&cf.c);
     if (rb == NULL || rb_start (rb) == -1)
       _exit (2);
-    if (rb_pwrite (rb, model + y, SECTOR, y, 0) == -1)
+    if (rb_pwrite (rb, cf.model + y, SECTOR, y, 0) == -1)
       _exit (4);
     _exit (0);                  /* a crash: no clean stop */
   }
-  g_assert_cmpint (waitpid (pid, &st, 0), ==, pid);
-  g_assert_true (WIFEXITED (st));
-  g_assert_cmpint (WEXITSTATUS (st), ==, 0);
+  crashfx_wait (pid);
 
-  rb = rb_open (&c);
-  if (rb == NULL)
-    g_error ("resume with journal= after a crash: %s", rb_get_error ());
+  rb = crashfx_reopen (&cf, "resume with journal= after a crash");
   g_assert_cmpint (rb_close (rb), ==, 0);       /* never started */
 
-  rb = rb_open (&c);
-  if (rb == NULL)
-    g_error ("with ram= and journal=, after an engine opened and stopped "
-             "without a start: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (rb), ==, 0);
-  g_assert_cmpint (rb_wait_populated (rb, TS_TIMEOUT_S * 1000), ==, 0);
-  g_assert_cmpint (rb_pread (rb, got, DEV, 0), ==, 0);
-  if (memcmp (got, model, DEV) != 0)
-    g_error ("with ram= and journal=, after an engine opened and stopped "
-             "without a start: the device differs from what was written");
-  g_assert_cmpint (rb_close (rb), ==, 0);
-  fd = open (path, O_RDONLY);
-  g_assert_cmpint (fd, >=, 0);
-  g_assert_cmpint (pread (fd, got, DEV, 0), ==, DEV);
-  close (fd);
-  if (memcmp (got, model, DEV) != 0)
-    g_error ("with ram= and journal=: after a clean stop the store differs "
-             "from what was written");
-  unlink (path);
-  unlink (jpath);
-  unlink (ram);
+  rb = crashfx_reopen (&cf, "with ram= and journal=, after an engine "
+                       "opened and stopped without a start");
+  crashfx_serve (&cf, rb, "with ram= and journal=, after an engine opened "
+                 "and stopped without a start");
+  crashfx_free (&cf);
 }
 
 /* A long sweep under flush-rate= syncs on the way, not only at its end:
