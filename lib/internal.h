@@ -523,13 +523,12 @@ struct rb_journal_ops {
   /* In place of the flusher: the committer and applier threads. */
   int (*start) (struct rb *rb);
   int (*stop) (struct rb *rb);
-  /* Around an application write of chunks [c0, c1], 'zero' of which
-   * it makes ZERO (a zero's whole chunks): reserve journal space
-   * (waiting for it, or failing if the write can never fit), enter the
-   * write gate and copy on write; then leave.
+  /* Around an application write of chunks [c0, c1]: reserve journal
+   * space (waiting for it, or failing if the write can never fit),
+   * enter the write gate and copy on write; then leave.
    */
   int (*write_begin) (struct rb *rb, uint64_t c0, uint64_t c1,
-                      uint64_t zero, uint64_t *reserved);
+                      uint64_t *reserved);
   void (*write_end) (struct rb *rb, uint64_t reserved);
   /* A commit point soon, without waiting for it (FLUSH, fsync=ignore). */
   void (*request_commit) (struct rb *rb);

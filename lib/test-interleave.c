@@ -2467,36 +2467,6 @@ test_journal_failed_commit (void)
   fx_finish_jts (&f, "a failed commit, then a clean stop");
 }
 
-/* A zero of the whole 1 MiB device in one request, with a journal of
- * the smallest size (1 MiB, which holds less than the device as data):
- * the chunks it covers whole become ZERO, an extent each in the
- * journal, so it fits, as a discard by mkfs or fstrim must.  (Each
- * chunk was reserved as a chunk of data, and the request was refused
- * with "a write of 256 chunks needs up to ... bytes of journal, more
- * than journal= holds".)
- */
-static void
-test_journal_zero_whole_device (void)
-{
-  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
-                         .fsync_wait = true,
-                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
-                         .store.tls_verify_peer = -1 };
-  struct fx f;
-
-  fx_open_jts (&f, 173, &c, "jzero");
-  if (rb_zero (f.rb, SIZE, 0, 0) == -1)
-    g_error ("journal: a zero of the whole %d-byte device with a journal of "
-             "%d bytes: %s", SIZE, MiB, rb_get_error ());
-  memset (f.model, 0, SIZE);
-  g_assert_cmpint (rb_flush (f.rb), ==, 0);
-  if (rb_trim (f.rb, SIZE, 0, 0) == -1)
-    g_error ("journal: a trim of the whole %d-byte device with a journal of "
-             "%d bytes: %s", SIZE, MiB, rb_get_error ());
-  g_assert_cmpint (rb_flush (f.rb), ==, 0);
-  fx_finish_jts (&f, "a zero of the whole device through the journal");
-}
-
 /* --- a zero run collected, then written over ------------------------ */
 
 /* fsync=wait.  Chunk X is zeroed whole (ZERO), and the flusher collects
@@ -3260,8 +3230,6 @@ main (int argc, char *argv[])
                    test_journal_dirty_sectors);
   g_test_add_func ("/interleave/journal-failed-commit",
                    test_journal_failed_commit);
-  g_test_add_func ("/interleave/journal-zero-whole-device",
-                   test_journal_zero_whole_device);
   g_test_add_func ("/interleave/zero-run-then-fua", test_zero_run_then_fua);
   g_test_add_func ("/interleave/zeroed-in-dirty-run-weight",
                    test_zeroed_in_dirty_run_weight);

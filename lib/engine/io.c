@@ -609,13 +609,10 @@ fast_write (struct rb *rb, const struct req *r)
 static int
 journal_into_ram (struct rb *rb, const struct req *r)
 {
-  uint64_t reserved, f, l, zero = 0;
+  uint64_t reserved;
   int ret = 0;
 
-  /* A zero's whole chunks become ZERO: an extent each in the journal. */
-  if (r->op == OP_ZERO && full_chunks (rb, r, &f, &l))
-    zero = l - f + 1;
-  if (rb->jops->write_begin (rb, r->c0, r->c1, zero, &reserved) == -1)
+  if (rb->jops->write_begin (rb, r->c0, r->c1, &reserved) == -1)
     return -1;
   /* ram-size=: no lock-free path (a chunk may leave RAM). */
   if (rb->slotted || !loaded (rb, r->c0, r->c1))

@@ -105,14 +105,11 @@
  *
  * Bounds.  A transaction must fit in the journal.  Writers reserve, before
  * they enter the gate, the journal space their chunks could take
- * (per_chunk each: about a chunk; an extent for each chunk a zero
- * makes ZERO) and wait while the live transactions, the dirty data
- * (dirty_est: by the sector bits set, at most a chunk per DIRTY chunk
- * and an extent per ZERO one), the reservations and their own would
+ * (per_chunk each: about a chunk) and wait while the live
+ * transactions, the dirty data (dirty_est: by the sector bits set, at
+ * most a chunk per dirty chunk), the reservations and their own would
  * exceed the journal; a single write larger than the whole journal
- * fails with a message that says so.  A zero of the whole device takes
- * an extent per chunk, so a discard (mkfs, fstrim) fits any journal
- * that a chunk of data does.  dirty-max= and ups-window= apply
+ * fails with a message that says so.  dirty-max= and ups-window= apply
  * as before (rbi_throttle).
  *
  * Writethrough mode with a journal: a write completes once the
@@ -599,19 +596,16 @@ rbi_txn_close (struct rb *rb, bool clean)
 /* ---- the write path ---- */
 
 /* The most journal the next commit point can take (without its fixed
- * cost): a chunk and an extent per DIRTY chunk and an extent per ZERO
- * one (a zero extent: its stale sector bits are not written), or, with
- * sector bits, a sector and an extent per bit set (every data extent
- * holds at least one) plus an extent per dirty chunk (the zero
- * extents), whichever is less.
+ * cost): a chunk and an extent per dirty chunk, or, with sector bits,
+ * a sector and an extent per bit set (every data extent holds at least
+ * one) plus an extent per dirty chunk (the zero extents), whichever is
+ * less.
  */
 static uint64_t
 dirty_est (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
-  uint64_t dirty = chunkmap_dirty (&rb->map);
-  uint64_t zero = RB_MIN (chunkmap_zero (&rb->map), dirty);
-  uint64_t est = (dirty - zero) * t->per_chunk + zero * RBJ_EXTENT_BYTES;
+  uint64_t dirty = chunkmap_dirty (&rb->map), est = dirty * t->per_chunk;
 
   if (rb->map.sect)
     est = RB_MIN (est, chunkmap_sectors_set (&rb->map) *
@@ -674,12 +668,11 @@ copy_chunk (struct rb *rb, struct txn *x, uint64_t c)
 }
 
 static int
-txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1, uint64_t zero,
+txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
                  uint64_t *reserved)
 {
   struct rb_txns *t = rb->txns;
-  uint64_t est = (c1 - c0 + 1 - zero) * t->per_chunk +
-    zero * RBJ_EXTENT_BYTES, c;
+  uint64_t est = (c1 - c0 + 1) * t->per_chunk, c;
 
   if (est + RBJ_TXN_FIXED > t->capacity) {
     rb_set_error (EINVAL, "a write of %" PRIu64 " chunks needs up to %"
