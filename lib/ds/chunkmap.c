@@ -138,13 +138,6 @@ chunkmap_free (struct chunkmap *cm)
   memset (cm, 0, sizeof *cm);
 }
 
-/* The mask of n bits from bit lo of a word (lo + n <= 64). */
-static inline uint64_t
-bit_range (unsigned lo, unsigned n)
-{
-  return (n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1) << lo;
-}
-
 void
 chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
 {
@@ -154,7 +147,7 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
     return;
   while (s < end) {
     unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
-    uint64_t m = bit_range (lo, k), *w = &cm->sect[s / 64];
+    uint64_t m = chunkmap_bit_range (lo, k), *w = &cm->sect[s / 64];
 
     uint64_t old = rb_atomic_load (w);
 
@@ -188,7 +181,7 @@ uint64_t
 chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
 {
   unsigned lo = s % 64;
-  uint64_t m = bit_range (lo, n), *w = &cm->sect[s / 64], old;
+  uint64_t m = chunkmap_bit_range (lo, n), *w = &cm->sect[s / 64], old;
 
   rb_assert (lo + n <= 64);
   if (m == ~UINT64_C (0))
@@ -208,8 +201,8 @@ chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s, unsigned n)
 {
   unsigned lo = s % 64;
 
-  return (rb_atomic_load_relaxed (&cm->sect[s / 64]) & bit_range (lo, n))
-    >> lo;
+  return (rb_atomic_load_relaxed (&cm->sect[s / 64]) &
+          chunkmap_bit_range (lo, n)) >> lo;
 }
 
 /* Has chunk c any sector bit set? */
@@ -295,7 +288,7 @@ clear_valid (struct chunkmap *cm, uint64_t c)
 
   while (s < end) {
     unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
-    cm->valid[s / 64] &= ~bit_range (s % 64, n);
+    cm->valid[s / 64] &= ~chunkmap_bit_range (s % 64, n);
     s += n;
   }
 }
@@ -326,7 +319,7 @@ resident_rebuild (struct chunkmap *cm)
     if (w * 64 >= cm->nsect)
       break;
     if (cm->nsect - w * 64 < 64)
-      v &= bit_range (0, cm->nsect - w * 64);
+      v &= chunkmap_bit_range (0, cm->nsect - w * 64);
     cm->resident += (uint64_t) rb_popcount64 (v);
   }
 }
@@ -389,7 +382,7 @@ chunkmap_any_partial (const struct chunkmap *cm, uint64_t c, uint64_t n)
     return false;
   while (c < end) {
     unsigned lo = c % 64, k = RB_MIN_U (end - c, (uint64_t) 64 - lo);
-    if (rb_atomic_load (&cm->part[c / 64]) & bit_range (lo, k))
+    if (rb_atomic_load (&cm->part[c / 64]) & chunkmap_bit_range (lo, k))
       return true;
     c += k;
   }
@@ -440,7 +433,7 @@ chunkmap_set_valid (struct chunkmap *cm, uint64_t s, uint64_t n)
 
   while (s < end) {
     unsigned lo = s % 64, k = RB_MIN_U (end - s, (uint64_t) 64 - lo);
-    uint64_t m = bit_range (lo, k), *w = &cm->valid[s / 64];
+    uint64_t m = chunkmap_bit_range (lo, k), *w = &cm->valid[s / 64];
     uint64_t old = rb_atomic_load (w);
 
     while ((m & ~old) && !rb_atomic_cas (w, &old, old | m))
@@ -468,7 +461,8 @@ chunkmap_valid_bits (const struct chunkmap *cm, uint64_t s, unsigned n)
 {
   unsigned lo = s % 64;
 
-  return (rb_atomic_load (&cm->valid[s / 64]) & bit_range (lo, n)) >> lo;
+  return (rb_atomic_load (&cm->valid[s / 64]) &
+          chunkmap_bit_range (lo, n)) >> lo;
 }
 
 uint64_t
@@ -481,7 +475,7 @@ chunkmap_invalid (const struct chunkmap *cm, uint64_t s, unsigned n)
   if (s >= cm->nsect)
     return 0;
   n = RB_MIN_U (n, cm->nsect - s);      /* none past the device */
-  all = n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
+  all = chunkmap_bit_range (0, n);
 
   /* The state before P: P is set before a chunk leaves EMPTY, so a
    * chunk seen loaded is seen partial if it is.  (P first, then the
@@ -524,7 +518,7 @@ chunkmap_complete (struct chunkmap *cm, uint64_t c)
   end = RB_MIN_U (end, cm->nsect);      /* past the device: valid */
   while (s < end) {
     unsigned n = RB_MIN_U (end - s, (uint64_t) 64 - s % 64);
-    if (chunkmap_valid_bits (cm, s, n) != bit_range (0, n))
+    if (chunkmap_valid_bits (cm, s, n) != chunkmap_bit_range (0, n))
       return false;
     s += n;
   }
@@ -777,7 +771,7 @@ chunkmap_evict (struct chunkmap *cm, uint64_t c)
 
     chunkmap_take_bits (cm, s, n);
     if (cm->part) {
-      uint64_t m = bit_range (s % 64, n), *vw = &cm->valid[s / 64];
+      uint64_t m = chunkmap_bit_range (s % 64, n), *vw = &cm->valid[s / 64];
       uint64_t v = rb_atomic_load (vw);
 
       while ((v & m) && !rb_atomic_cas (vw, &v, v & ~m))

@@ -290,6 +290,15 @@ extern void chunkmap_make_whole (struct chunkmap *cm, uint64_t c);
  */
 extern bool chunkmap_evict (struct chunkmap *cm, uint64_t c);
 
+/* The mask of n bits from bit lo of a word (lo + n <= 64): bit
+ * operations on a word of sector bits (or of any per-chunk bitmap).
+ */
+static inline uint64_t
+chunkmap_bit_range (unsigned lo, unsigned n)
+{
+  return (n >= 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1) << lo;
+}
+
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
 

@@ -338,7 +338,7 @@ take_sectors (struct rb *rb, const struct rb_run *run, struct rb_io *ios,
       uint64_t dirty = b;       /* the dirty sectors: what counts */
 
       if (whole)
-        b = n == 64 ? ~UINT64_C (0) : (UINT64_C (1) << n) - 1;
+        b = chunkmap_bit_range (0, n);
       if (part) {
         uint64_t inval = b & ~chunkmap_valid_bits (&rb->map, s, n);
 

@@ -102,6 +102,7 @@
 
 #include "cleanup.h"
 #include "error.h"
+#include "iszero.h"
 #include "journal.h"
 #include "ramback.h"
 
@@ -780,17 +781,6 @@ replay (struct rb_journal *j, struct rb_store *back, uint64_t tail,
 
 /* ---- open, close ---- */
 
-static bool
-all_zero (const uint8_t *p, size_t n)
-{
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    if (p[i])
-      return false;
-  return true;
-}
-
 struct rb_journal *
 rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
           struct rbj_replay *rp)
@@ -871,7 +861,7 @@ rbj_open (struct rb_store *js, const char *name, struct rb_store *back,
     memset (head, 0, sizeof head);
   }
   if (best == NULL) {
-    if (!all_zero (head, sizeof head)) {
+    if (!rb_is_zero (head, sizeof head)) {
       rb_set_error (EINVAL, "journal=%s holds data that is not a ramback "
                     "journal (or its super block is damaged): refusing to "
                     "overwrite it; to make it a new journal, zero its first "
@@ -1033,7 +1023,7 @@ check_is_journal (struct rb_store *js, const char *name)
   memcpy (s, head, sizeof s);
   if (super_valid (&s[0]) || super_valid (&s[1]))
     return 0;
-  if (!all_zero (head, sizeof head)) {
+  if (!rb_is_zero (head, sizeof head)) {
     describe_start (head, what, sizeof what);
     rb_set_error (EINVAL, "%s is not a ramback journal: %s; nothing "
                   "replayed, nothing written", name, what);
@@ -1049,7 +1039,7 @@ check_is_journal (struct rb_store *js, const char *name)
       rb_set_error (errno, "%s: cannot read it: %s", name, rb_get_error ());
       return -1;
     }
-    if (!all_zero (buf, n)) {
+    if (!rb_is_zero (buf, n)) {
       rb_set_error (EINVAL, "%s is not a ramback journal: its first 4 KiB "
                     "are zero, and it holds data after them (from about "
                     "byte %" PRIu64 "); nothing replayed, nothing written",

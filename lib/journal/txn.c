@@ -1597,8 +1597,7 @@ release_chunks (struct rb *rb, const struct txn *list, uint64_t c0,
           freed++;
           for (s = c << shift, end = s + (UINT64_C (1) << shift); s < end; ) {
             unsigned n = RB_MIN (end - s, 64 - s % 64);
-            uint64_t m = (n == 64 ? ~UINT64_C (0)
-                          : ((UINT64_C (1) << n) - 1)) << (s % 64);
+            uint64_t m = chunkmap_bit_range (s % 64, n);
 
             weight += rb_popcount64 (t->held[s / 64] & m);
             t->held[s / 64] &= ~m;

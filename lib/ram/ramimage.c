@@ -28,6 +28,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "iszero.h"
 #include "exclusive.h"
 #include "ramimage.h"
 
@@ -449,17 +450,6 @@ get_boot_id (uint8_t id[16])
     memset (id, 0, 16);
 }
 
-static bool
-is_zero (const uint8_t *p, size_t n)
-{
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    if (p[i])
-      return false;
-  return true;
-}
-
 static uint32_t
 crc_bytes (uint32_t crc, const uint8_t *b, size_t n)
 {
@@ -735,7 +725,7 @@ decide (struct ramimage *ri, const struct ramimage_params *p,
     return TAKE_OVER;
   }
   get_boot_id (boot);
-  if (!is_zero (boot, 16) && !is_zero (h->boot_id, 16) &&
+  if (!rb_is_zero (boot, 16) && !rb_is_zero (h->boot_id, 16) &&
       memcmp (boot, h->boot_id, 16) != 0) {
     snprintf (why, why_len, "it was set up before the machine last "
               "booted, and a RAM image does not survive that: the backing "

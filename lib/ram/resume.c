@@ -97,6 +97,7 @@
 #include "cleanup.h"
 #include "error.h"
 #include "internal.h"
+#include "iszero.h"
 
 #define NB_BIT(c) (UINT64_C (1) << ((c) % 64))
 
@@ -108,8 +109,7 @@ rbi_nb_set (struct rb *rb, uint64_t c, uint64_t n)
   while (c < end) {
     uint64_t w = c / 64, lo = c % 64;
     uint64_t hi = end - w * 64 < 64 ? end - w * 64 : 64;
-    uint64_t m = (hi == 64 ? ~UINT64_C (0) : (UINT64_C (1) << hi) - 1) &
-      (~UINT64_C (0) << lo);
+    uint64_t m = chunkmap_bit_range (lo, hi - lo);
 
     /* A sequentially consistent RMW even when the bits are set
      * already: ordered before the caller's next step (the move to
@@ -324,12 +324,6 @@ resume_whole (struct rb *rb, uint64_t c)
                    UINT64_C (1) << rb->map.sect_per_chunk_shift);
 }
 
-static bool
-all_zero (const uint8_t *p, uint64_t n)
-{
-  return n == 0 || (p[0] == 0 && memcmp (p, p + 1, n - 1) == 0);
-}
-
 /* Chunk c (CLEAN or DIRTY, NB set) against 'stored', what the synced
  * store holds for it: the sectors that differ (the valid ones of a
  * partial chunk; the others are loaded again) get their bits, and a
@@ -351,7 +345,7 @@ compare_chunk (struct rb *rb, uint64_t c, const uint8_t *stored)
   uint64_t sect = (uint64_t) rb->chunk_size >> shift, s0 = c << shift, i;
   const uint8_t *ram = rb->ram.base + off;
   bool part = chunkmap_partial (&rb->map, c), differs = false;
-  bool zero = !part && all_zero (ram, len);
+  bool zero = !part && rb_is_zero (ram, len);
 
   for (i = 0; i * sect < len; i++) {
     uint64_t n = RB_MIN (sect, len - i * sect);
