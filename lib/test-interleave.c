@@ -605,6 +605,88 @@ test_sector_write_during_store (void)
   fx_finish (&f, "sector writes during the write back of their chunk");
 }
 
+/* 64 KiB chunks, nothing loaded (populate off): a write of sector 3 of
+ * chunk X makes X partial, and its write back is held at the store.
+ * Writes into the sectors of X that are not loaded go by the slow path
+ * under a range over X (io.c), and must not wait for that write back:
+ * they change RAM only, write back stores only valid sectors and a
+ * sector written under it is dirty again afterwards, as on the fast
+ * path.  Nor must a read that loads a sector of X.  (Waiting, each such write took as long as the write back of
+ * its chunk, seconds over a slow link: a device not yet populated, or
+ * larger than RAM, wrote at a fraction of the link's speed.)
+ */
+static void
+test_partial_write_during_store (void)
+{
+  struct fx f;
+  uint64_t x = 5 * BIG_CHUNK, s3 = x + 3 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = s3, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v1 = NULL, *v2 = NULL;
+  struct ts_gate *g;
+  struct job w9, w3, rd;
+
+  fx_open_cs (&f, 67, false, false, true, 0, BIG_CHUNK);
+  v1 = fx_random (&f, SECTOR);
+  v2 = fx_random (&f, 100);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v1, SECTOR, s3, 0);
+  ts_gate_wait (g);
+  g_assert_true (chunkmap_partial (&f.rb->map, x / BIG_CHUNK));
+
+  w9 = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE,
+                      .buf = fx_random (&f, SECTOR), .len = SECTOR,
+                      .off = x + 9 * SECTOR };
+  job_start (&w9);
+  TS_WAIT (rb_atomic_load (&w9.done) || waiters (&f.rb->rl.released) > 0,
+           "the write into the partial chunk to complete");
+  if (!rb_atomic_load (&w9.done))
+    g_error ("a write into a sector not loaded of a partial chunk waited "
+             "for the write back of another sector of the chunk");
+  job_join (&w9);
+  g_assert_cmpint (w9.r, ==, 0);
+  memcpy (f.model + w9.off, w9.buf, SECTOR);
+
+  /* The sector in write back, rewritten (and a 100-byte write into a
+   * sector not loaded: it loads that sector first).
+   */
+  w3 = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE,
+                      .buf = fx_random (&f, SECTOR), .len = SECTOR,
+                      .off = s3 };
+  job_start (&w3);
+  TS_WAIT (rb_atomic_load (&w3.done) || waiters (&f.rb->rl.released) > 0,
+           "the rewrite of the sector in write back to complete");
+  if (!rb_atomic_load (&w3.done))
+    g_error ("a write into a partial chunk waited for the write back of "
+             "the same sector");
+  job_join (&w3);
+  g_assert_cmpint (w3.r, ==, 0);
+  memcpy (f.model + s3, w3.buf, SECTOR);
+  fx_write (&f, v2, 100, x + 12 * SECTOR + 7, 0);
+
+  /* A read of a sector not loaded loads it beside the write back. */
+  rd = (struct job) { .f = &f, .tag = "reader", .op = J_READ,
+                      .buf = g_malloc (SECTOR), .len = SECTOR,
+                      .off = x + 14 * SECTOR };
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done) || waiters (&f.rb->rl.released) > 0,
+           "the read of a sector not loaded to complete");
+  if (!rb_atomic_load (&rd.done))
+    g_error ("a read of a sector not loaded of a partial chunk waited for "
+             "the write back of another sector of the chunk");
+  job_join (&rd);
+  g_assert_cmpint (rd.r, ==, 0);
+  if (memcmp (rd.buf, f.model + rd.off, SECTOR) != 0)
+    g_error ("the read beside the write back returned other data than "
+             "the store holds");
+
+  ts_gate_open (g);
+  g_free (rd.buf);
+  g_free (w9.buf);
+  g_free (w3.buf);
+  fx_finish (&f, "writes into a partial chunk during its write back");
+}
+
 /* 64 KiB chunks, populate on, fsync=wait: a FUA write of one sector of
  * chunk X, EMPTY, goes through to the store and is held there, X EMPTY
  * and partial meanwhile (io.c, writethrough: P before the copy, X
@@ -2702,17 +2784,60 @@ test_evict_waits_for_sync (void)
   rd.f = &f;
   rd.buf = got;
   job_start (&rd);
-  /* It passes the 15 chunks not synced and waits for the range of the
-   * one in write back.
+  /* It passes the 15 chunks not synced and the one in write back, and
+   * waits for room.
    */
-  TS_WAIT (waiters (&f.rb->rl.released) >= 1 || rb_atomic_load (&rd.done),
-           "the miss to reach the chunk held in write back");
+  TS_WAIT (waiters (&f.rb->space_cond) >= 1 || rb_atomic_load (&rd.done),
+           "the miss to wait for room");
   ts_gate_open (g);
   miss_done (&f, &rd, "the miss to find room after the write back and its "
              "sync (with every resident chunk clean but not synced, the "
              "evictor must give the sync a chance)");
   g_assert_cmpuint (chunkmap_loaded (&f.rb->map), <=, 16);
   fx_finish (&f, "a miss with every resident chunk unsynced");
+}
+
+/* ram-size= of 16 chunks, all resident: chunk 0 clean but held in its
+ * write back, the other 15 loaded by reads (clean, nothing to sync).
+ * The hand reaches chunk 0 first.  A miss must evict one of the others
+ * and go on; it must not wait for the write back of chunk 0 while it
+ * holds the slot lock and sync_lock (every writer and reader needing
+ * room would queue behind it, for as long as a write back over a slow
+ * link takes).
+ */
+static void
+test_evict_skips_busy (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .store.tls_verify_peer = -1 };
+  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
+                    .off = 200 * CHUNK };
+  g_autofree uint8_t *got = g_malloc (CHUNK);
+  struct ts_gate *g;
+  struct fx f;
+  uint64_t k;
+
+  fx_open_cfg (&f, 139, &c, true);
+  g_assert_true (f.rb->slotted);
+  g = stall_flusher (&f, 0);
+  for (k = 1; k < 16; k++)
+    g_assert_cmpint (rb_pread (f.rb, got, CHUNK, k * CHUNK), ==, 0);
+  g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 16);
+  g_assert_cmpuint (rb_atomic_load (&f.rb->evictions), ==, 0);
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 0), ==, CS_CLEAN);
+
+  rd.f = &f;
+  rd.buf = got;
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done) || waiters (&f.rb->rl.released) > 0,
+           "the miss to find room");
+  if (!rb_atomic_load (&rd.done))
+    g_error ("an eviction waited for the write back in flight of its "
+             "victim, holding the slot lock, while 15 clean chunks could go");
+  miss_done (&f, &rd, "the miss");
+  g_assert_cmpuint (chunkmap_get (&f.rb->map, 0), ==, CS_CLEAN);
+  ts_gate_open (g);
+  fx_finish (&f, "a miss beside a write back in flight");
 }
 
 /* ram-size= with ram= and a store that takes FUA writes (the kernel
@@ -3213,6 +3338,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);
   g_test_add_func ("/interleave/zero-vs-write-before-ram",
                    test_zero_vs_write_before_ram);
+  g_test_add_func ("/interleave/partial-write-during-store",
+                   test_partial_write_during_store);
   g_test_add_func ("/interleave/sector-write-during-store",
                    test_sector_write_during_store);
   g_test_add_func ("/interleave/sector-store-fails", test_sector_store_fails);
@@ -3250,6 +3377,7 @@ main (int argc, char *argv[])
                    test_zero_run_then_writethrough);
   g_test_add_func ("/interleave/extents-during-store",
                    test_extents_during_store);
+  g_test_add_func ("/interleave/evict-skips-busy", test_evict_skips_busy);
   g_test_add_func ("/interleave/evict-waits-for-sync",
                    test_evict_waits_for_sync);
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);

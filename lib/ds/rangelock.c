@@ -113,31 +113,59 @@ erase (struct rl_node *t, struct rl_node *n)
   return t;
 }
 
-/* Is there a node overlapping [start, end) with seq < seq?  Subtrees
- * whose max_end <= start cannot overlap; nodes right of one whose start
- * >= end cannot either.
+/* Does a range of kind 'later' wait for an earlier overlapping one of
+ * kind 'earlier'?  Always, but a RAM range for a STORE (rangelock.h).
+ */
+static bool
+waits_for (enum rl_kind later, enum rl_kind earlier)
+{
+  return !(later == RL_RAM && earlier == RL_STORE);
+}
+
+/* Is there a node overlapping [start, end) with seq < seq that a range
+ * of this kind waits for?  Subtrees whose max_end <= start cannot
+ * overlap; nodes right of one whose start >= end cannot either.
  */
 static bool
 earlier_overlap (const struct rl_node *t, uint64_t start, uint64_t end,
-                 uint64_t seq)
+                 uint64_t seq, enum rl_kind kind)
 {
   while (t != NULL) {
     if (t->max_end <= start)
       return false;
-    if (t->left && earlier_overlap (t->left, start, end, seq))
+    if (t->left && earlier_overlap (t->left, start, end, seq, kind))
       return true;
     if (t->start >= end)
       return false;
-    if (t->end > start && t->seq < seq)
+    if (t->end > start && t->seq < seq && waits_for (kind, t->kind))
       return true;
     t = t->right;
   }
   return false;
 }
 
-void
-rangelock_acquire (struct rangelock *rl, struct rl_node *n,
-                   uint64_t start, uint64_t end, enum rl_kind kind)
+/* Is any node overlapping [start, end) held? */
+static bool
+any_overlap (const struct rl_node *t, uint64_t start, uint64_t end)
+{
+  while (t != NULL) {
+    if (t->max_end <= start)
+      return false;
+    if (t->left && any_overlap (t->left, start, end))
+      return true;
+    if (t->start >= end)
+      return false;
+    if (t->end > start)
+      return true;
+    t = t->right;
+  }
+  return false;
+}
+
+/* Insert n, [start, end) of kind, as the next arrival.  rl->lock held. */
+static void
+insert_locked (struct rangelock *rl, struct rl_node *n, uint64_t start,
+               uint64_t end, enum rl_kind kind)
 {
   rb_assert (start < end);
   memset (n, 0, sizeof *n);
@@ -145,15 +173,32 @@ rangelock_acquire (struct rangelock *rl, struct rl_node *n,
   n->end = end;
   n->max_end = end;
   n->kind = kind;
-
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
   n->seq = ++rl->seq;
   n->prio = next_rand (rl);
   rl->root = insert (rl->root, n);
   rl->held++;
   rl->held_bytes[kind] += end - start;
-  while (earlier_overlap (rl->root, start, end, n->seq))
+}
+
+void
+rangelock_acquire (struct rangelock *rl, struct rl_node *n,
+                   uint64_t start, uint64_t end, enum rl_kind kind)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
+  insert_locked (rl, n, start, end, kind);
+  while (earlier_overlap (rl->root, start, end, n->seq, kind))
     rb_cond_wait (&rl->released, &rl->lock);
+}
+
+bool
+rangelock_try_acquire (struct rangelock *rl, struct rl_node *n,
+                       uint64_t start, uint64_t end, enum rl_kind kind)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
+  if (any_overlap (rl->root, start, end))
+    return false;
+  insert_locked (rl, n, start, end, kind);
+  return true;
 }
 
 void
@@ -177,7 +222,8 @@ rangelock_acquire_batch (struct rangelock *rl, struct rl_node *nodes,
     rl->held_bytes[n->kind] += n->end - n->start;
   }
   for (i = 0; i < k; i++)
-    while (earlier_overlap (rl->root, nodes[i].start, nodes[i].end, seq))
+    while (earlier_overlap (rl->root, nodes[i].start, nodes[i].end, seq,
+                            nodes[i].kind))
       rb_cond_wait (&rl->released, &rl->lock);
 }
 

@@ -17,6 +17,20 @@
  *   - a background load and an application write to the same chunk never
  *     run at once (the populate race);
  *   - ranges that do not overlap never wait for each other.
+ * One exception (waits_for): a RAM range does not wait for an earlier
+ * STORE.  It is an application request on the slow path in writeback
+ * mode (a read, or a write that changes RAM only, as one on the
+ * lock-free fast path does) and its loads of sectors not in RAM.  Write
+ * back is built for writes beside it: it marks a chunk clean before it
+ * takes the data, so a sector written under it is dirty again and
+ * stored once more, and it never stores a sector that is not loaded
+ * (flush.c, take_sectors), which is all a load reads from the store.
+ * Waiting, every such request into a chunk in write back (a write into
+ * a chunk loaded in part, any read with ram-size=) took as long as the
+ * whole write back of its chunk: seconds over a slow link.  A STORE
+ * still waits for an earlier RAM range, and the background LOADs and
+ * block status (extents.c asks the store, which must have the data by
+ * then) for an earlier STORE.
  * Holders do their I/O without any lock held.
  */
 
@@ -26,10 +40,12 @@
 #include "env.h"
 
 enum rl_kind {
-  RL_LOAD,            /* populate or demand load */
+  RL_LOAD,            /* populate, block status */
   RL_STORE,           /* write back of dirty chunks */
-  RL_WRITE,           /* application I/O on the slow path / writethrough */
+  RL_WRITE,           /* writethrough, eviction: RAM and store together */
+  RL_RAM,             /* a read or writeback-mode write on the slow path */
 };
+#define RL_KINDS 4
 
 struct rl_node {
   uint64_t start, end;          /* [start, end) */
@@ -46,7 +62,7 @@ struct rangelock {
   struct rl_node *root;
   uint64_t seq;
   uint64_t held;                /* number of nodes in the tree */
-  uint64_t held_bytes[3];       /* bytes held, per kind */
+  uint64_t held_bytes[RL_KINDS]; /* bytes held, per kind */
   uint32_t rand;
 };
 
@@ -61,6 +77,15 @@ extern void rangelock_acquire (struct rangelock *rl, struct rl_node *n,
                                uint64_t start, uint64_t end,
                                enum rl_kind kind);
 extern void rangelock_release (struct rangelock *rl, struct rl_node *n);
+
+/* Take [start, end) only if no range overlapping it is held (granted or
+ * waiting), without waiting; true if taken (release it as above).  For
+ * the evictor, which holds locks that others wait for: a busy victim
+ * is passed over, not waited for.
+ */
+extern bool rangelock_try_acquire (struct rangelock *rl, struct rl_node *n,
+                                   uint64_t start, uint64_t end,
+                                   enum rl_kind kind);
 
 /* Acquire k disjoint ranges as one arrival (one sequence number), for a
  * background batch.  Taking them one after another would deadlock: an

@@ -35,7 +35,10 @@
  *    or partial (loaded in part, chunkmap.h).  Take a range, load what
  *    the request needs ahead of the background scan, do the request,
  *    release.  Holding the range is what keeps a background load from
- *    landing on top of the write (the populate race).  With partial
+ *    landing on top of the write (the populate race).  It is a RAM
+ *    range, as a read's is: a write back in flight does not hold it
+ *    back (rangelock.h), since the write changes RAM only, as on the
+ *    fast path.  With partial
  *    chunks (userspace: sector bits finer than the chunk) a miss costs
  *    what it asks for: a read loads the sectors it touches that are not
  *    valid, under a range over those sectors only (misses elsewhere in
@@ -565,7 +568,8 @@ slow_path (struct rb *rb, const struct req *r)
 
   rbi_note_miss (rb);
   range_of (rb, r->c0, r->c1, &start, &end);
-  rangelock_acquire (&rb->rl, &node, start, end, RL_WRITE);
+  /* RAM only: not held back by a write back in flight (rangelock.h). */
+  rangelock_acquire (&rb->rl, &node, start, end, RL_RAM);
   if (load_edges (rb, r) == -1) {
     rangelock_release (&rb->rl, &node);
     return -1;
@@ -928,7 +932,7 @@ load_miss (struct rb *rb, uint64_t offset, uint64_t count)
                   rb->size);
   rb_atomic_store (&rb->readahead_next,
                    end > offset + count ? end : offset + count);
-  rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_RAM);
   r = rbi_load_sectors (rb, start, end, true);
   rangelock_release (&rb->rl, &node);
   rbi_check_populated (rb);
@@ -954,7 +958,7 @@ slotted_read (struct rb *rb, void *buf, struct rb_data *data,
 
     range_of (rb, c0, c1, &start, &rend);
     for (reserved = false;; reserved = true) {
-      rangelock_acquire (&rb->rl, &node, start, rend, RL_LOAD);
+      rangelock_acquire (&rb->rl, &node, start, rend, RL_RAM);
       if (reserved || all_valid (rb, off, pend))
         break;
       /* Sectors not in RAM: reserve slots, without holding the range
@@ -1009,7 +1013,7 @@ ensure_loaded (struct rb *rb, uint64_t offset, uint64_t count)
   if (sectored (rb))
     return load_miss (rb, offset, count);
   range_of (rb, c0, c1, &start, &end);
-  rangelock_acquire (&rb->rl, &node, start, end, RL_LOAD);
+  rangelock_acquire (&rb->rl, &node, start, end, RL_RAM);
   r = rbi_load_chunks (rb, c0, c1 - c0 + 1);
   rangelock_release (&rb->rl, &node);
   rbi_check_populated (rb);

@@ -49,7 +49,10 @@
  * each victim sync_lock (no sync runs: every write not yet synced is
  * in rb->unsynced, and a write still running holds its range), checks
  * that the store has no suspects pending, takes the victim's range
- * (RL_WRITE: no reader, writer, load or write back is on it), then
+ * (RL_WRITE: no reader, writer, load or write back is on it) if no
+ * range over it is held, else passes it over (waiting there, for a
+ * write back in flight over a slow link say, would hold every reserver
+ * behind slot_lock for as long), then
  * checks under rb->lock that the chunk is CLEAN and in no unsynced
  * extent, moves it to EMPTY (chunkmap_evict) and gives its memory
  * back.  A crash after the move finds it EMPTY: loaded again from the
@@ -344,7 +347,9 @@ evict_one (struct rb *rb, uint64_t c)
 
   if (suspects_pending (rb))
     return EV_SUSPECTS;
-  rangelock_acquire (&rb->rl, &node, off, off + len, RL_WRITE);
+  /* Busy (loaded, written, written back): passed over, not waited for. */
+  if (!rangelock_try_acquire (&rb->rl, &node, off, off + len, RL_WRITE))
+    return EV_KEPT;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     ok = may_evict (rb, c) && !unsynced_locked (rb, off, len);

@@ -22,7 +22,11 @@
  * read whose data it drops (store.h: a read changes nothing), it holds its
  * range over whole chunks, and the chunk size is a multiple of the
  * minimum block (rb_open refuses anything else), so the blocks read
- * and written back lie inside chunks no other request touches meanwhile.
+ * and written back lie inside chunks no other request writes meanwhile.
+ * (A write into a chunk loaded in part may load a sector of it beside
+ * its write back, rangelock.h: that read is of a sector not in RAM,
+ * which write back never patches, so a block written back around it
+ * carries the bytes the read returns either way.)
  *
  * Errors: a request fails if any of its parts (or a block it shares)
  * failed; io->err is the first errno, the call returns -1 with errno
