@@ -3301,6 +3301,66 @@ test_journal_release_early (void)
   fx_finish_jts (&f, "chunks released as the pass goes");
 }
 
+/* journal= with 64 KiB chunks: transaction 1 takes sectors 0 and 5 of
+ * chunk 0 (and sector 0 of chunk 9, where the applier's in-place write
+ * is held), transaction 2 then takes sector 0 of chunk 0 again.  Once
+ * transaction 1 is in place and synced, while transaction 2's
+ * in-place write is held, chunk 0 is held by transaction 2 alone:
+ * one sector in flight, not the two the chunk held with both.  (Its
+ * bits cleared only when no transaction held the chunk any more, an
+ * fsync-heavy load, every FLUSH a transaction holding the hot chunks
+ * again, kept the union of every sector ever taken from them in flight,
+ * and writers waited at the dirty limit for what was in place already.)
+ */
+static void
+test_journal_held_shrinks (void)
+{
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .dirty_max = 16 * BIG_CHUNK,
+                         .fsync_wait = true, .populate = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m1 = { .ops = TS_WRITE, .offset = 9 * BIG_CHUNK,
+                         .count = SECTOR, .tag = "" };
+  struct ts_match m2 = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
+                         .tag = "" };
+  const uint64_t offs[] = { 0, 5 * SECTOR, 9 * BIG_CHUNK };
+  struct ts_gate *g1, *g2;
+  struct rb_stats st;
+  struct fx f;
+  size_t k;
+
+  fx_open_jts (&f, 173, &c, "jshrink");
+  g1 = ts_gate_arm (f.ts, &m1, 0);
+  for (k = 0; k < G_N_ELEMENTS (offs); k++) {
+    g_autofree uint8_t *v = fx_random (&f, SECTOR);
+    fx_write (&f, v, SECTOR, offs[k], 0);
+  }
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* transaction 1 */
+  ts_gate_wait (g1);            /* its pass: chunk 0 written, 9 held */
+  g2 = ts_gate_arm (f.ts, &m2, 0);
+  {
+    g_autofree uint8_t *v = fx_random (&f, SECTOR);
+    fx_write (&f, v, SECTOR, 0, 0);
+  }
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* transaction 2 */
+  ts_gate_open (g1);            /* transaction 1 in place, synced */
+  ts_gate_wait (g2);            /* transaction 2's pass, held */
+  rb_get_stats (f.rb, &st);
+  if (st.inflight_chunks != 1 || st.inflight_bytes != SECTOR ||
+      st.dirty_bytes != 0)
+    g_error ("journal: chunk 0 held by one transaction not in place, of "
+             "sector 0 only, after an older one of sectors 0 and 5 was "
+             "put in place and synced: inflight_chunks %" PRIu64 " (want "
+             "1), inflight_bytes %" PRIu64 " (want %d), dirty_bytes %"
+             PRIu64 " (want 0)", st.inflight_chunks, st.inflight_bytes,
+             SECTOR, st.dirty_bytes);
+  if (rbi_txn_check_held (f.rb) == -1)
+    g_error ("journal: %s", rb_get_error ());
+  ts_gate_open (g2);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);
+  fx_finish_jts (&f, "a chunk's held sectors shrink with its holders");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -3389,5 +3449,7 @@ main (int argc, char *argv[])
                    test_journal_evict_during_capture);
   g_test_add_func ("/interleave/journal-whole-write",
                    test_journal_whole_write);
+  g_test_add_func ("/interleave/journal-held-shrinks",
+                   test_journal_held_shrinks);
   return g_test_run ();
 }

@@ -246,6 +246,11 @@ struct txn {
   uint64_t buf_cap;             /* bytes allocated at buf */
   uint64_t data_bytes, chunks;
   uint64_t seq, jstart, jlen;   /* where it is in the journal */
+  struct txn *hnext, **hprev;   /* [held_lock] in t->holders from its
+                                   commit point until in place (hprev
+                                   NULL: not in it) */
+  uint64_t held_from;           /* [held_lock] its chunks below this one
+                                   are released (in place, synced) */
 };
 
 struct rb_txns {
@@ -302,6 +307,9 @@ struct rb_txns {
   rb_mutex held_lock;
   uint64_t *held;               /* [held_lock] per sector of the sector
                                    bits: held by a live transaction */
+  struct txn *holders;          /* [held_lock] the live transactions */
+  uint64_t *redo;               /* [held_lock] per chunk, release_chunks
+                                   only: its bits are recomputed */
 };
 
 static bool
@@ -403,6 +411,8 @@ txn_free (struct rb_txns *tx, struct txn *t)
 
 static const struct rb_journal_ops journal_ops;
 static uint64_t dirty_est (struct rb *rb);
+static void held_of (struct rb *rb, const struct txn *x, uint64_t a,
+                     uint64_t b, uint64_t *bits, const uint64_t *only);
 
 int
 rbi_txn_open (struct rb *rb)
@@ -444,8 +454,9 @@ rbi_txn_open (struct rb *rb)
   t->live = calloc (rb->nchunks, sizeof *t->live);
   t->held = calloc (((rb->nchunks << (rb->chunk_shift - t->unit_shift))
                      + 63) / 64, sizeof (uint64_t));
+  t->redo = calloc (words, sizeof (uint64_t));
   if (t->pending == NULL || t->seen == NULL || t->live == NULL ||
-      t->held == NULL) {
+      t->held == NULL || t->redo == NULL) {
     rb_set_error (errno, "cannot allocate the journal's chunk bitmaps");
     return -1;
   }
@@ -521,18 +532,55 @@ rbi_txn_check_fit (struct rb *rb)
   return 0;
 }
 
+/* The held state against the holders (the simulator's at-rest check):
+ * a chunk's count is the number of holders holding it, its bits are
+ * exactly the union of what they hold of it (held_of), and the totals
+ * are inflight_chunks and inflight_bytes.  At rest (no thread runs, or
+ * none that could change them): read without held_lock.
+ */
 int
 rbi_txn_check_held (struct rb *rb)
 {
   struct rb_txns *t = rb->txns;
   unsigned shift = rb->chunk_shift - t->unit_shift;
+  uint64_t words = ((rb->nchunks << shift) + 63) / 64;
+  CLEANUP_FREE uint64_t *want = calloc (words, sizeof *want);
+  CLEANUP_FREE uint32_t *count = calloc (rb->nchunks, sizeof *count);
   uint64_t c, s, chunks = 0, bits = 0;
+  const struct txn *x;
+  size_t i;
 
+  if (want == NULL || count == NULL) {
+    rb_set_error (ENOMEM, "out of memory to check the held chunks");
+    return -1;
+  }
+  for (x = t->holders; x; x = x->hnext) {
+    held_of (rb, x, x->held_from, rb->nchunks, want, NULL);
+    for (i = 0; i < x->ncruns; i++)
+      for (c = RB_MAX (x->cruns[i].first, x->held_from);
+           c < x->cruns[i].first + x->cruns[i].n; c++)
+        count[c]++;
+  }
   for (c = 0; c < rb->nchunks; c++) {
     uint64_t b = 0;
 
-    for (s = c << shift; s < (c + 1) << shift; s++)
+    for (s = c << shift; s < (c + 1) << shift; s++) {
       b += (t->held[s / 64] >> (s % 64)) & 1;
+      if (((t->held[s / 64] ^ want[s / 64]) >> (s % 64)) & 1) {
+        rb_set_error (EINVAL, "chunk %" PRIu64 ": sector %" PRIu64 " is %s "
+                      "in flight, but %s transaction holding the chunk "
+                      "took it", c, s - (c << shift),
+                      (t->held[s / 64] >> (s % 64)) & 1 ? "counted" : "not",
+                      (want[s / 64] >> (s % 64)) & 1 ? "a" : "no");
+        return -1;
+      }
+    }
+    if (t->live[c] != count[c]) {
+      rb_set_error (EINVAL, "chunk %" PRIu64 " is held by %" PRIu32
+                    " transactions, but its count is %" PRIu32, c, count[c],
+                    t->live[c]);
+      return -1;
+    }
     if (t->live[c] == 0 && b) {
       rb_set_error (EINVAL, "chunk %" PRIu64 " is held by no transaction "
                     "but %" PRIu64 " of its sectors count in flight", c, b);
@@ -589,6 +637,7 @@ rbi_txn_close (struct rb *rb, bool clean)
   free (t->seen);
   free (t->live);
   free (t->held);
+  free (t->redo);
   free (t);
   rb->txns = NULL;
 }
@@ -926,44 +975,132 @@ collect_all (struct rb *rb, struct txn *x)
   return 0;
 }
 
-/* Run r of a transaction at its commit point holds its chunks (see
- * "Held chunks" at the top): their counts rise, and the sectors it
- * takes join their held bits, before the chunks leave DIRTY or ZERO
- * and before their sector bits are taken (the gate is held
- * exclusively: no writer sets bits meanwhile).
+/* Transaction x at its commit point holds its chunks (see "Held
+ * chunks" at the top): it joins t->holders, their counts rise, and the
+ * sectors it takes join their held bits, before the chunks leave DIRTY
+ * or ZERO and before their sector bits are taken (the gate is held
+ * exclusively: no writer sets bits meanwhile).  One step under
+ * held_lock: a release that recomputes a chunk's bits from the holders
+ * (release_chunks) sees x hold all of its chunks or none.
  */
 static void
-hold_chunks (struct rb *rb, const struct txn_chunks *r)
+hold_chunks (struct rb *rb, struct txn *x)
 {
   struct rb_txns *t = rb->txns;
   unsigned shift = rb->chunk_shift - t->unit_shift;
+  /* The sectors of the device: a bit past its end (the last chunk's)
+   * holds nothing, and x's runs end at the device's end (add_data).
+   */
+  uint64_t nsect = ((rb->size - 1) >> t->unit_shift) + 1;
   uint64_t c, chunks = 0, added = 0;
+  size_t i;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->held_lock);
 
-  for (c = r->first; c < r->first + r->n; c++) {
-    uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+  x->held_from = 0;
+  x->hnext = t->holders;
+  x->hprev = &t->holders;
+  if (t->holders)
+    t->holders->hprev = &x->hnext;
+  t->holders = x;
+  for (i = 0; i < x->ncruns; i++) {
+    const struct txn_chunks *r = &x->cruns[i];
 
-    if (rb_atomic_add (&t->live[c], 1) == 1)
-      chunks++;
-    if (r->kind == CS_ZERO || rb->map.sect == NULL) {
-      uint64_t b = UINT64_C (1) << (s % 64);      /* weighs a sector */
-      if (!(t->held[s / 64] & b)) {
-        t->held[s / 64] |= b;
-        added++;
+    for (c = r->first; c < r->first + r->n; c++) {
+      uint64_t s = c << shift;
+      uint64_t end = RB_MIN (s + (UINT64_C (1) << shift), nsect);
+
+      if (rb_atomic_add (&t->live[c], 1) == 1)
+        chunks++;
+      if (r->kind == CS_ZERO || rb->map.sect == NULL) {
+        uint64_t b = UINT64_C (1) << (s % 64);    /* weighs a sector */
+        if (!(t->held[s / 64] & b)) {
+          t->held[s / 64] |= b;
+          added++;
+        }
+        continue;
       }
-      continue;
-    }
-    while (s < end) {
-      unsigned n = RB_MIN (end - s, 64 - s % 64);
-      uint64_t b = chunkmap_peek_bits (&rb->map, s, n) << (s % 64);
+      while (s < end) {
+        unsigned n = RB_MIN (end - s, 64 - s % 64);
+        uint64_t b = chunkmap_peek_bits (&rb->map, s, n) << (s % 64);
 
-      added += rb_popcount64 (b & ~t->held[s / 64]);
-      t->held[s / 64] |= b;
-      s += n;
+        added += rb_popcount64 (b & ~t->held[s / 64]);
+        t->held[s / 64] |= b;
+        s += n;
+      }
     }
   }
   rb_atomic_add (&rb->inflight_chunks, chunks);
   rb_atomic_add (&rb->inflight_bytes, added << t->unit_shift);
+}
+
+/* The first chunk in [c, end) whose bit is set in bits, or end. */
+static uint64_t
+next_bit (const uint64_t *bits, uint64_t c, uint64_t end)
+{
+  while (c < end) {
+    uint64_t w = bits[c / 64] >> (c % 64);
+
+    if (w)
+      return RB_MIN (c + rb_ctz64 (w), end);
+    c = (c / 64 + 1) * 64;
+  }
+  return end;
+}
+
+/* Set in 'bits' (per sector, as t->held) what x holds of chunks
+ * [a, b), as hold_chunks took it: the sectors of its data runs; a ZERO
+ * chunk (or, without sector bits, any chunk) its first sector.  With
+ * 'only' (per chunk), in the chunks whose bit is set there only.  x's
+ * runs are in offset order and do not overlap (collect_all): the first
+ * in range is found by bisection, so the cost is what x holds in the
+ * range, not all it holds.  held_lock held (x->runs are fixed from the
+ * commit point on).
+ */
+static void
+held_of (struct rb *rb, const struct txn *x, uint64_t a, uint64_t b,
+         uint64_t *bits, const uint64_t *only)
+{
+  struct rb_txns *t = rb->txns;
+  unsigned us = t->unit_shift, shift = rb->chunk_shift - us;
+  uint64_t from = rbi_chunk_offset (rb, a);
+  size_t lo = 0, hi = x->nruns, i;
+
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+
+    if (x->runs[mid].off + x->runs[mid].len <= from)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (i = lo; i < x->nruns; i++) {
+    const struct txn_run *r = &x->runs[i];
+    uint64_t c = rbi_chunk_of (rb, r->off);
+    uint64_t ce = RB_MIN (rbi_chunk_of (rb, r->off + r->len - 1) + 1, b);
+    uint64_t s0 = r->off >> us, s1 = ((r->off + r->len - 1) >> us) + 1;
+    bool first_only = r->kind == CS_ZERO || rb->map.sect == NULL;
+
+    if (c >= b)
+      break;
+    for (c = RB_MAX (c, a); c < ce; c++) {
+      uint64_t s, end;
+
+      if (only && (c = next_bit (only, c, ce)) == ce)
+        break;
+      s = c << shift;
+      if (first_only) {
+        bits[s / 64] |= UINT64_C (1) << (s % 64);
+        continue;
+      }
+      end = RB_MIN (s1, s + (UINT64_C (1) << shift));
+      for (s = RB_MAX (s0, s); s < end; ) {
+        unsigned n = RB_MIN (end - s, 64 - s % 64);
+
+        bits[s / 64] |= chunkmap_bit_range (s % 64, n);
+        s += n;
+      }
+    }
+  }
 }
 
 /* The commit point proper, for the collected chunks: each moves to
@@ -982,14 +1119,14 @@ take_chunks (struct rb *rb, struct txn *x, bool pend)
   unsigned shift = rb->map.sect_per_chunk_shift;
   size_t i;
 
+  if (pend)                     /* before CLEAN: see the top */
+    hold_chunks (rb, x);
   for (i = 0; i < x->ncruns; i++) {
     const struct txn_chunks *r = &x->cruns[i];
     uint64_t c;
 
     if (rb->nb)
       rbi_nb_set (rb, r->first, r->n);
-    if (pend)                   /* before CLEAN: see the top */
-      hold_chunks (rb, r);
     chunkmap_move (&rb->map, r->first, r->n, CS_BIT (r->kind), CS_CLEAN,
                    NULL);
     for (c = r->first; c < r->first + r->n; c++) {
@@ -1567,45 +1704,99 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
   return k;
 }
 
+/* How many of chunk c's held bits are set; with 'clear', cleared.
+ * held_lock held.
+ */
+static uint64_t
+held_count (struct rb_txns *t, uint64_t c, unsigned shift, bool clear)
+{
+  uint64_t s = c << shift, end = s + (UINT64_C (1) << shift), n = 0;
+
+  while (s < end) {
+    unsigned k = RB_MIN (end - s, 64 - s % 64);
+    uint64_t m = chunkmap_bit_range (s % 64, k);
+
+    n += rb_popcount64 (t->held[s / 64] & m);
+    if (clear)
+      t->held[s / 64] &= ~m;
+    s += k;
+  }
+  return n;
+}
+
 /* The chunks [c0, c1) of the transactions of list are in place and
  * synced: their counts fall (see the top), and those that no
  * transaction holds any more leave the dirty limit's count (and may be
- * evicted).
+ * evicted).  A chunk that a newer transaction still holds keeps in its
+ * bits what the holders left hold of it, no more: its bits are
+ * cleared, marked in t->redo, and set again from one pass over the
+ * other holders' runs in [c0, c1) (held_of), all in one step under
+ * held_lock, so inflight_bytes changes once, by what the release
+ * takes off.  (Kept whole while any transaction held the chunk, its
+ * bits grew to every sector ever taken from a chunk that an
+ * fsync-heavy load kept rewriting, and filled the dirty limit.)
  */
 static void
-release_chunks (struct rb *rb, const struct txn *list, uint64_t c0,
-                uint64_t c1)
+release_chunks (struct rb *rb, struct txn *list, uint64_t c0, uint64_t c1)
 {
   struct rb_txns *t = rb->txns;
   unsigned shift = rb->chunk_shift - t->unit_shift;
-  const struct txn *x;
-  uint64_t c, freed = 0, weight = 0;
+  struct txn *x;
+  uint64_t c, freed = 0, dropped = 0, kept = 0, redo = 0;
   size_t i;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->held_lock);
-    for (x = list; x; x = x->next)
+    for (x = list; x; x = x->next) {
+      x->held_from = RB_MAX (x->held_from, c1);
       for (i = 0; i < x->ncruns; i++) {
         uint64_t a = RB_MAX (x->cruns[i].first, c0);
         uint64_t b = RB_MIN (x->cruns[i].first + x->cruns[i].n, c1);
 
         for (c = a; c < b; c++) {
-          uint64_t s, end;
+          bool last = rb_atomic_sub (&t->live[c], 1) == 0;
 
-          if (rb_atomic_sub (&t->live[c], 1) != 0)
-            continue;
-          freed++;
-          for (s = c << shift, end = s + (UINT64_C (1) << shift); s < end; ) {
-            unsigned n = RB_MIN (end - s, 64 - s % 64);
-            uint64_t m = chunkmap_bit_range (s % 64, n);
-
-            weight += rb_popcount64 (t->held[s / 64] & m);
-            t->held[s / 64] &= ~m;
-            s += n;
+          freed += last;
+          if ((t->redo[c / 64] >> (c % 64)) & 1)
+            continue;           /* cleared already */
+          dropped += held_count (t, c, shift, true);
+          if (!last) {
+            t->redo[c / 64] |= UINT64_C (1) << (c % 64);
+            redo++;
           }
         }
       }
-    rb_atomic_sub (&rb->inflight_bytes, weight << t->unit_shift);
+    }
+    if (redo) {
+      /* The holders left (the list's hold nothing below c1 now). */
+      for (x = t->holders; x; x = x->hnext)
+        if (x->held_from < c1)
+          held_of (rb, x, RB_MAX (c0, x->held_from), c1, t->held, t->redo);
+      for (x = list; x; x = x->next)
+        for (i = 0; i < x->ncruns; i++) {
+          uint64_t a = RB_MAX (x->cruns[i].first, c0);
+          uint64_t b = RB_MIN (x->cruns[i].first + x->cruns[i].n, c1);
+
+          for (c = a; c < b; c++)
+            if ((t->redo[c / 64] >> (c % 64)) & 1) {
+              t->redo[c / 64] &= ~(UINT64_C (1) << (c % 64));
+              kept += held_count (t, c, shift, false);
+            }
+        }
+    }
+    if (c1 >= rb->nchunks)
+      for (x = list; x; x = x->next)
+        if (x->hprev) {
+          *x->hprev = x->hnext;
+          if (x->hnext)
+            x->hnext->hprev = x->hprev;
+          x->hnext = NULL;
+          x->hprev = NULL;
+        }
+    /* kept <= dropped: a recomputed chunk holds a subset of what it
+     * held.
+     */
+    rb_atomic_sub (&rb->inflight_bytes, (dropped - kept) << t->unit_shift);
   }
   if (freed) {
     rb_atomic_sub (&rb->inflight_chunks, freed);
