@@ -140,10 +140,24 @@
  * sector; where the dirty count is capped at the dirty chunks whole,
  * the chunks whole that leave it).  The bits of a chunk are cleared,
  * and their weight leaves inflight_bytes, when its count gets back to
- * zero; 'held_lock' makes that and a commit point's additions to the
- * same chunk one step each.  (Counting held chunks whole, a 4 KiB
- * random write held 64 KiB of the limit with 64 KiB chunks until the
- * applier had put its transaction in place.)
+ * zero.  When it does not (a newer transaction holds the chunk too),
+ * its bits become exactly the union of what the transactions left
+ * hold of it: 'holders' lists the live transactions (from their commit
+ * point: the one being captured, a retried append, the queued ones),
+ * and a release clears the chunk's bits and sets them again from one
+ * pass over the other holders' runs in the released range (their runs
+ * are in offset order: bisection finds the first).  They only shrink
+ * by this (the sum never rises), and still cover every sector a live
+ * transaction holds (it never dips below what RAM holds).  (Kept
+ * whole until the count got back to zero, an fsync-heavy load's hot
+ * chunks, each FLUSH a transaction holding them again while the
+ * applier put older ones in place, never got there: their bits grew to
+ * every sector ever taken from them, and writers waited at a dirty
+ * limit filled with sectors already in place.)  'held_lock' makes a
+ * release and a commit point's additions one step each.  (Counting
+ * held chunks whole, a 4 KiB random write held 64 KiB of the limit
+ * with 64 KiB chunks until the applier had put its transaction in
+ * place.)
  *
  * With ram-size= smaller than the device (slots.c): a chunk taken at
  * a commit point is CLEAN in RAM long before the backing store holds
@@ -192,6 +206,9 @@
  *   held       [held_lock], a leaf lock: the bits, and with them the
  *              changes of rb->inflight_bytes and of a chunk's live
  *              count to or from zero
+ *   holders, a transaction's hnext/hprev and held_from, redo
+ *              [held_lock]; a transaction's runs are fixed from its
+ *              commit point on (read under held_lock by a release)
  *
  * Why one file of over 1,600 lines: commit point, capture, commit and
  * apply are the steps of one transaction and share struct rb_txns and
@@ -1801,6 +1818,9 @@ release_chunks (struct rb *rb, struct txn *list, uint64_t c0, uint64_t c1)
   if (freed) {
     rb_atomic_sub (&rb->inflight_chunks, freed);
     rbi_slots_notify (rb);
+  }
+  /* Writers wait at the dirty limit (rbi_throttle) for either. */
+  if (freed || dropped > kept) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_cond_broadcast (&rb->space_cond);
   }
