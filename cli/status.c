@@ -386,6 +386,18 @@ status_format_human (GString *out, const struct status *st,
       g_string_append_printf (out, "%g s\n", ms / 1000.0);
   }
 
+  if (json_object_has_member (st->obj, "dirty_expire_ms")) {
+    uint64_t ms = status_u64 (st, "dirty_expire_ms");
+
+    KEY ("dirty expire");
+    if (ms == 0)
+      g_string_append (out, "none (nothing held back under pressure)\n");
+    else
+      g_string_append_printf (out, "%g s (%" PRIu64 " rewritten sectors "
+                              "held back so far)\n", ms / 1000.0,
+                              status_u64 (st, "held_back"));
+  }
+
   KEY ("time to drain");
   if (pending == 0)
     g_string_append (out, "0 s (nothing dirty)");
@@ -582,6 +594,8 @@ static const struct metric {
     "Successful syncs of the backing store." },
   { "throttled", "ramback_throttled_writes_total", "counter",
     "Writes that waited because of the dirty limit." },
+  { "held_back", "ramback_held_back_sectors_total", "counter",
+    "Rewritten dirty sectors write back under pressure left for later." },
   { "ram_size", "ramback_ram_size_bytes", "gauge",
     "RAM the image may use (ram-size=; the device size by default)." },
   { "resident_bytes", "ramback_resident_bytes", "gauge",

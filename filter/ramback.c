@@ -88,7 +88,8 @@ static bool read_only;
  */
 static const char *const own_keys[] = {
   "ram", "ram-size", "resume", "chunk", "mode", "fsync", "dirty-max", "ups-window",
-  "populate-rate", "flush-rate", "flush-delay", "populate", "overcommit",
+  "populate-rate", "flush-rate", "flush-delay", "dirty-expire",
+  "populate", "overcommit",
   "trace", "control", "connections", "inflight", "journal",
   "commit-interval", NULL
 };

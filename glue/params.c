@@ -31,6 +31,7 @@ bool ramback_trace;
  * is given (ramback_config_check).
  */
 static bool flush_delay_given;
+static bool dirty_expire_given;   /* the same for dirty-expire= */
 
 /* Each parameter may be given once: a repeated key is almost always a
  * mistake in a unit file, and silently taking the last one hides it.
@@ -201,6 +202,16 @@ parse_key (const char *key, const char *value)
     }
     flush_delay_given = true;
   }
+  else if (strcmp (key, "dirty-expire") == 0) {
+    if (!parse_ms (value, 0, &c->dirty_expire_ms) ||
+        c->dirty_expire_ms > RB_MAX_DIRTY_EXPIRE_MS) {
+      nbdkit_error ("dirty-expire=%s: expected seconds from 0 to %d "
+                    "(e.g. dirty-expire=30; 0: nothing held back)", value,
+                    RB_MAX_DIRTY_EXPIRE_MS / 1000);
+      return -1;
+    }
+    dirty_expire_given = true;
+  }
   else if (strcmp (key, "populate-rate") == 0)
     return parse_size (key, value, INT64_MAX, &c->populate_rate);
   else if (strcmp (key, "flush-rate") == 0)
@@ -309,6 +320,8 @@ ramback_config_check (unsigned flags)
   /* A journal commits on its own interval (commit-interval=). */
   if (!flush_delay_given && c->journal == NULL)
     c->flush_delay_ms = RB_DEFAULT_FLUSH_DELAY_MS;
+  if (!dirty_expire_given)
+    c->dirty_expire_ms = RB_DEFAULT_DIRTY_EXPIRE_MS;
   if (c->ups_window && c->dirty_max == 0 && c->flush_rate == 0)
     nbdkit_debug ("ups-window=%u: the dirty limit follows the measured "
                   "write back bandwidth", c->ups_window);
@@ -324,5 +337,6 @@ ramback_config_free (void)
   memset (&ramback_params, 0, sizeof ramback_params);
   ramback_control_path = NULL;
   flush_delay_given = false;
+  dirty_expire_given = false;
   nseen = 0;
 }

@@ -27,6 +27,8 @@ extern void ramback_config_free (void);
   "populate-rate=SIZE      Cap on populate bandwidth (bytes/s).\n" \
   "flush-rate=SIZE         Cap on write back bandwidth (bytes/s).\n" \
   "flush-delay=SECONDS     Hold dirty data back this long (0-60, default 1).\n" \
+  "dirty-expire=SECONDS    Under write pressure, keep rewritten data dirty\n" \
+  "                        at most about this long (0-600, default 30).\n" \
   "populate=true|false     Populate in the background (default true).\n"
 
 #define ramback_config_help \

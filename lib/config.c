@@ -79,6 +79,11 @@ check_values (const struct rb_config *c)
     return invalid ("flush-delay=%g: expected seconds from 0 to %d "
                     "(e.g. flush-delay=5 or 0.5)",
                     c->flush_delay_ms / 1000.0, RB_MAX_FLUSH_DELAY_MS / 1000);
+  if (c->dirty_expire_ms > RB_MAX_DIRTY_EXPIRE_MS)
+    return invalid ("dirty-expire=%g: expected seconds from 0 to %d "
+                    "(e.g. dirty-expire=30; 0: nothing held back)",
+                    c->dirty_expire_ms / 1000.0,
+                    RB_MAX_DIRTY_EXPIRE_MS / 1000);
   if ((c->ups_window &&
        in_range ("ups-window", c->ups_window, 1, RB_MAX_UPS_WINDOW) == -1) ||
       (s->connections &&

@@ -81,6 +81,15 @@ struct rb_flusher_state {
   bool wakeable;                /* the delay may end early on a kick */
   bool delaying;                /* the delay is flush-delay='s */
   uint64_t pass_start;          /* when the last pass began (ns) */
+  /* Cold first (flush.c): */
+  bool hold;                    /* this batch holds rewritten sectors back */
+  bool force_full;              /* the next sweep holds nothing back */
+  bool age;                     /* this sweep clears the hot bits of what
+                                   it holds back */
+  uint64_t held;                /* sectors held back by this sweep */
+  uint64_t held_last;           /* by the last one */
+  uint64_t full_start;          /* when the last sweep that held nothing
+                                   back began (ns) */
   uint64_t rewind;              /* the sweep goes on from here if lower
                                    than its cursor (a zero run cut short
                                    for want of requests) */
@@ -226,6 +235,7 @@ struct rb {
                                    requests; stored_bytes is data only) */
   uint64_t written_through;     /* client writes written through */
   uint64_t store_errors, sync_errors, syncs, throttled;
+  uint64_t held_back;           /* [atomic] flush.c, "Cold first" */
   struct rb_bw flush_bw, populate_bw;
   int last_errno;               /* [lock] */
   char last_error[256];         /* [lock] */

@@ -117,6 +117,10 @@ struct rb_config {
   unsigned ups_window;        /* seconds, 0: off */
   uint32_t flush_delay_ms;    /* how long dirty data may wait, 0: none
                                  (at most RB_MAX_FLUSH_DELAY_MS) */
+  uint32_t dirty_expire_ms;   /* under write pressure, rewritten sectors
+                                 may stay dirty about this long; 0: none
+                                 held back (at most
+                                 RB_MAX_DIRTY_EXPIRE_MS) */
   bool allow_overcommit;      /* allow a device larger than RAM */
   uint64_t ram_size;          /* ram-size=: RAM the image may use, a
                                  multiple of the chunk size; 0 (or the
@@ -141,6 +145,11 @@ struct rb_config {
  * no journal=); the library's own default, for embedders, is none.
  */
 #define RB_DEFAULT_FLUSH_DELAY_MS 1000
+#define RB_MAX_DIRTY_EXPIRE_MS 600000
+/* The plugin's and the filter's dirty-expire= when none is given (the
+ * page cache's dirty_expire_centisecs); the library's own: none.
+ */
+#define RB_DEFAULT_DIRTY_EXPIRE_MS 30000
 #define RB_MAX_CHUNK_SIZE (64 * 1024 * 1024)
 #define RB_MIN_COMMIT_INTERVAL_MS 10
 #define RB_MAX_COMMIT_INTERVAL_MS 3600000
@@ -299,6 +308,9 @@ struct rb_stats {
   uint64_t dirty_max_config;  /* dirty-max= */
   unsigned ups_window;        /* ups-window=, seconds */
   uint32_t flush_delay_ms;    /* flush-delay=, milliseconds */
+  uint32_t dirty_expire_ms;   /* dirty-expire=, milliseconds */
+  uint64_t held_back;         /* rewritten dirty sectors a sweep under
+                                 pressure left for later */
   uint64_t flush_bandwidth;   /* measured moving average, bytes/s */
   uint64_t populate_bandwidth;
   uint64_t flush_rate;        /* configured caps, 0: none */

@@ -44,6 +44,8 @@ rb_get_stats (struct rb *rb, struct rb_stats *st)
   st->dirty_max_config = rb->cfg.dirty_max;
   st->ups_window = rb->cfg.ups_window;
   st->flush_delay_ms = rb->cfg.flush_delay_ms;
+  st->dirty_expire_ms = rb->cfg.dirty_expire_ms;
+  st->held_back = rb_atomic_load (&rb->held_back);
   st->flush_bandwidth = rb_atomic_load (&rb->flush_bw.bps);
   st->populate_bandwidth = rb_atomic_load (&rb->populate_bw.bps);
   st->flush_rate = rb->cfg.flush_rate;
@@ -176,6 +178,7 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "dirty_max_config", K_U64, .u = st->dirty_max_config },
     { "ups_window", K_U64, .u = st->ups_window },
     { "flush_delay_ms", K_U64, .u = st->flush_delay_ms },
+    { "dirty_expire_ms", K_U64, .u = st->dirty_expire_ms },
     { "flush_bandwidth", K_U64, .u = st->flush_bandwidth },
     { "populate_bandwidth", K_U64, .u = st->populate_bandwidth },
     { "drain_seconds", K_DBL, .d = drain },
@@ -188,6 +191,7 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "sync_errors", K_U64, .u = st->sync_errors },
     { "syncs", K_U64, .u = st->syncs },
     { "throttled", K_U64, .u = st->throttled },
+    { "held_back", K_U64, .u = st->held_back },
     { "ram_size", K_U64, .u = st->ram_size },
     { "resident_bytes", K_U64, .u = st->resident_bytes },
     { "hits", K_U64, .u = st->hits },

@@ -122,7 +122,7 @@ test_json (void)
     "ups_window",
     "flush_bandwidth", "populate_bandwidth", "drain_seconds", "flush_rate",
     "populate_rate", "store", "store_state", "store_connections",
-    "store_errors", "sync_errors", "syncs", "throttled", "last_errno",
+    "store_errors", "sync_errors", "syncs", "throttled", "held_back", "last_errno",
     "last_error", "uptime",
   };
   char *r = req ("status json");

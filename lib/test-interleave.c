@@ -3361,6 +3361,227 @@ test_journal_held_shrinks (void)
   fx_finish_jts (&f, "a chunk's held sectors shrink with its holders");
 }
 
+/* --- cold first: write back under pressure holds rewritten sectors ---- */
+
+/* Also linked with --wrap=rbi_slots_trim, which the flusher calls at the
+ * end of every pass: once rb->held_back reaches hold_pass_at, it stops
+ * there (between two sweeps) until pass_go is set.
+ */
+extern void __real_rbi_slots_trim (struct rb *rb);
+void __wrap_rbi_slots_trim (struct rb *rb);
+
+static uint64_t hold_pass_at = UINT64_MAX;      /* [atomic] */
+static bool pass_held, pass_go;                 /* [atomic] */
+
+void
+__wrap_rbi_slots_trim (struct rb *rb)
+{
+  uint64_t at = rb_atomic_load (&hold_pass_at);
+
+  __real_rbi_slots_trim (rb);
+  if (at != UINT64_MAX && rb_atomic_load (&rb->held_back) >= at &&
+      rb_atomic_cas (&hold_pass_at, &at, UINT64_MAX)) {
+    rb_atomic_store (&pass_held, true);
+    TS_WAIT (rb_atomic_load (&pass_go),
+             "the test to let the flusher begin its next pass");
+    rb_atomic_store (&pass_held, false);
+    rb_atomic_store (&pass_go, false);
+  }
+}
+
+/* The cold sectors of these tests: sectors 1-4 of chunks 1-10. */
+#define COLD_N 40
+static uint64_t
+cold_off (unsigned k)
+{
+  return (1 + k / 4) * BIG_CHUNK + (1 + k % 4) * SECTOR;
+}
+
+/* 64 KiB chunks, dirty-max= 4 chunks (64 sectors; pressure from 32),
+ * dirty-expire= expire_ms.  Returns the gate holding the flusher in the
+ * middle of a pass, writing back a sector of chunk 15.
+ */
+static struct ts_gate *
+cold_open (struct fx *f, guint32 seed, uint32_t expire_ms)
+{
+  struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
+                         .dirty_max = 4 * BIG_CHUNK,
+                         .dirty_expire_ms = expire_ms,
+                         .store.tls_verify_peer = -1 };
+  uint64_t sx = 15 * BIG_CHUNK + 8 * SECTOR;
+  struct ts_match m = { .ops = TS_WRITE, .offset = sx, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v = NULL;
+  struct ts_gate *g;
+
+  fx_open_cfg (f, seed, &c, true);
+  g = ts_gate_arm (f->ts, &m, 0);
+  v = fx_random (f, SECTOR);
+  fx_write (f, v, SECTOR, sx, 0);
+  ts_gate_wait (g);
+  return g;
+}
+
+/* Sector 0 of chunk 0 written twice (rewritten while dirty: hot), each
+ * cold sector once: 41 sectors dirty and one in flight, over half the
+ * limit and under it.  Returns the hot sector's last data.
+ */
+static uint8_t *
+cold_writes (struct fx *f)
+{
+  uint8_t *h1 = fx_random (f, SECTOR), *h2 = fx_random (f, SECTOR);
+  unsigned k;
+
+  fx_write (f, h1, SECTOR, 0, 0);
+  fx_write (f, h2, SECTOR, 0, 0);
+  g_free (h1);
+  for (k = 0; k < COLD_N; k++) {
+    g_autofree uint8_t *b = fx_random (f, SECTOR);
+    fx_write (f, b, SECTOR, cold_off (k), 0);
+  }
+  return h2;
+}
+
+/* Under pressure, the sweep after the held one writes back the 40 cold
+ * sectors and syncs them, and leaves the hot one dirty: when the hot
+ * sector's write reaches the store (a later sweep, below half the
+ * limit), every cold one is durable, and one sector was held back.
+ */
+static void
+test_cold_first (void)
+{
+  struct fx f;
+  struct ts_match mh = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
+                         .tag = "" };
+  g_autofree uint8_t *hot = NULL;
+  struct ts_gate *g, *gh;
+  struct rb_stats st;
+  unsigned k, cold_durable = 0;
+
+  g = cold_open (&f, 131, 30000);
+  hot = cold_writes (&f);
+  gh = ts_gate_arm (f.ts, &mh, 0);
+  ts_gate_open (g);
+  ts_gate_wait (gh);
+  for (k = 0; k < COLD_N; k++)
+    cold_durable += ts_durable_has (f.ts, f.model + cold_off (k), SECTOR,
+                                    cold_off (k));
+  rb_get_stats (f.rb, &st);
+  if (cold_durable != COLD_N || st.held_back != 1)
+    g_error ("under pressure, the rewritten sector went to the store with "
+             "%u of %d cold sectors durable before it, held_back %" PRIu64
+             " (want all of them, and 1)", cold_durable, COLD_N,
+             st.held_back);
+  ts_gate_open (gh);
+  ts_sync_until_ok (f.rb);
+  g_assert_true (ts_durable_has (f.ts, hot, SECTOR, 0));
+  fx_finish (&f, "cold first");
+}
+
+/* The same, with an rb_sync waiting when the pressure begins: the sweep
+ * that answers it must write the hot sector too.
+ */
+static void
+test_cold_first_sync (void)
+{
+  struct fx f;
+  g_autofree uint8_t *hot = NULL;
+  struct job s = { .tag = "sync", .op = J_SYNC };
+  struct ts_gate *g;
+  struct rb_stats st;
+
+  g = cold_open (&f, 137, 30000);
+  hot = cold_writes (&f);
+  s.f = &f;
+  s.buf = hot;                  /* durable: checked when rb_sync returns */
+  s.len = SECTOR;
+  s.off = 0;
+  job_start (&s);
+  TS_WAIT (waiters (&f.rb->sync_cond) > 0, "rb_sync to wait for a sweep");
+  ts_gate_open (g);
+  job_join (&s);
+  g_assert_cmpint (s.r, ==, 0);
+  rb_get_stats (f.rb, &st);
+  /* held_back: the sweep that answered the sync held nothing back (the
+   * sector may have been stored by a later one when rb_sync returns).
+   */
+  if (!s.durable || st.held_back != 0)
+    g_error ("rb_sync returned 0 under pressure: rewritten sector %s, "
+             "held_back %" PRIu64 " (want durable, and 0)",
+             s.durable ? "durable" : "not durable", st.held_back);
+  fx_finish (&f, "cold first, a sync waiting");
+}
+
+/* dirty-expire= 1 ms, and more than that since the last sweep that held
+ * nothing back began: the next sweep, under pressure, holds nothing
+ * back either, and writes the hot sector with the cold ones.
+ */
+static void
+test_cold_first_expire (void)
+{
+  struct fx f;
+  struct ts_match mh = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
+                         .tag = "" };
+  g_autofree uint8_t *hot = NULL;
+  struct ts_gate *g, *gh;
+  struct rb_stats st;
+  uint64_t t;
+
+  g = cold_open (&f, 139, 1);
+  hot = cold_writes (&f);
+  t = rb_now_ns ();
+  TS_WAIT (rb_now_ns () >= t + 2000000, "2 ms to pass (dirty-expire=)");
+  gh = ts_gate_arm (f.ts, &mh, 0);
+  ts_gate_open (g);
+  ts_gate_wait (gh);
+  rb_get_stats (f.rb, &st);
+  if (st.held_back != 0)
+    g_error ("dirty-expire= 1 ms over: a sweep held %" PRIu64 " rewritten "
+             "sectors back", st.held_back);
+  ts_gate_open (gh);
+  ts_sync_until_ok (f.rb);
+  g_assert_true (ts_durable_has (f.ts, hot, SECTOR, 0));
+  fx_finish (&f, "cold first, expired");
+}
+
+/* Every dirty sector hot: the sweep holds all 40 back and writes
+ * nothing.  Held between that pass and the next, the test rewrites them
+ * all (hot again).  The next sweep must hold nothing back (no sweep
+ * after sweep writing nothing while writers keep the data hot), so 40
+ * sectors were held back in all when everything is clean.
+ */
+static void
+test_cold_first_all_hot (void)
+{
+  struct fx f;
+  struct ts_gate *g;
+  struct rb_stats st;
+  unsigned k, r;
+
+  g = cold_open (&f, 149, 30000);
+  for (r = 0; r < 2; r++)
+    for (k = 0; k < COLD_N; k++) {
+      g_autofree uint8_t *b = fx_random (&f, SECTOR);
+      fx_write (&f, b, SECTOR, cold_off (k), 0);
+    }
+  rb_atomic_store (&hold_pass_at, (uint64_t) COLD_N);
+  ts_gate_open (g);
+  TS_WAIT (rb_atomic_load (&pass_held),
+           "the flusher to end the pass that held every sector back");
+  for (k = 0; k < COLD_N; k++) {
+    g_autofree uint8_t *b = fx_random (&f, SECTOR);
+    fx_write (&f, b, SECTOR, cold_off (k), 0);
+  }
+  rb_atomic_store (&pass_go, true);
+  TS_WAIT (chunkmap_dirty (&f.rb->map) == 0, "every chunk to be clean");
+  rb_get_stats (f.rb, &st);
+  if (st.held_back != COLD_N)
+    g_error ("every dirty sector hot, rewritten after a sweep held them "
+             "all back and wrote nothing: held_back %" PRIu64 " (want %d: "
+             "the next sweep holds nothing back)", st.held_back, COLD_N);
+  fx_finish (&f, "cold first, every sector hot");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -3451,5 +3672,9 @@ main (int argc, char *argv[])
                    test_journal_whole_write);
   g_test_add_func ("/interleave/journal-held-shrinks",
                    test_journal_held_shrinks);
+  g_test_add_func ("/interleave/cold-first", test_cold_first);
+  g_test_add_func ("/interleave/cold-first-sync", test_cold_first_sync);
+  g_test_add_func ("/interleave/cold-first-expire", test_cold_first_expire);
+  g_test_add_func ("/interleave/cold-first-all-hot", test_cold_first_all_hot);
   return g_test_run ();
 }

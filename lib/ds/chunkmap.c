@@ -129,6 +129,7 @@ chunkmap_free (struct chunkmap *cm)
     rb_free (cm->words);
   if (!cm->sect_external)
     rb_free (cm->sect);
+  rb_free (cm->hot);
   if (!cm->part_external) {
     rb_free (cm->part);
     rb_free (cm->valid);
@@ -160,6 +161,16 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
       ;
     if (m & ~old)
       rb_atomic_add (&cm->sect_set, (uint64_t) rb_popcount64 (m & ~old));
+    /* Set already: the sector was rewritten while dirty.  A plain load
+     * first, so that a sector rewritten again and again costs no more
+     * RMWs than before.
+     */
+    if ((m & old) && cm->hot) {
+      uint64_t *hw = &cm->hot[s / 64];
+
+      if ((m & old) & ~rb_atomic_load_relaxed (hw))
+        rb_atomic_or (hw, m & old);
+    }
     s += k;
   }
 }
@@ -194,6 +205,51 @@ chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
   if (old & m)
     rb_atomic_sub (&cm->sect_set, (uint64_t) rb_popcount64 (old & m));
   return (old & m) >> lo;
+}
+
+uint64_t
+chunkmap_take_bits_but (struct chunkmap *cm, uint64_t s, unsigned n,
+                        uint64_t keep)
+{
+  unsigned lo = s % 64;
+  uint64_t m = chunkmap_bit_range (lo, n) & ~(keep << lo);
+  uint64_t *w = &cm->sect[s / 64], old;
+
+  rb_assert (lo + n <= 64);
+  old = rb_atomic_load (w);
+  while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
+    ;
+  if (old & m)
+    rb_atomic_sub (&cm->sect_set, (uint64_t) rb_popcount64 (old & m));
+  return (old & m) >> lo;
+}
+
+int
+chunkmap_init_hot (struct chunkmap *cm)
+{
+  uint64_t nbits = cm->nchunks << cm->sect_per_chunk_shift;
+  uint64_t nsw = (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
+
+  rb_assert (cm->sect != NULL && cm->hot == NULL);
+  cm->hot = rb_calloc (nsw, sizeof (uint64_t));
+  if (cm->hot == NULL) {
+    rb_set_errno (ENOMEM);
+    return -1;
+  }
+  return 0;
+}
+
+void
+chunkmap_cool (struct chunkmap *cm, uint64_t s, uint64_t b)
+{
+  uint64_t *hw;
+
+  if (cm->hot == NULL || b == 0)
+    return;
+  hw = &cm->hot[s / 64];
+  b <<= s % 64;
+  if (rb_atomic_load_relaxed (hw) & b)
+    rb_atomic_and (hw, ~b);
 }
 
 uint64_t

@@ -137,6 +137,19 @@
  *   - cleared by an eviction (chunkmap_evict), counted the same way.
  * A resumed image rebuilds them from the states and P (a whole chunk:
  * every sector; an EMPTY one: none) and counts them again.
+ *
+ * Hot bits (optional, chunkmap_init_hot, with sector bits): one more
+ * bit per sector, 32 MiB per TiB of 4 KiB sectors, set when a sector
+ * bit is set that was set already (chunkmap_mark: a write landed on a
+ * sector still dirty): the sector was rewritten before write back took
+ * it.  Write back under pressure (flush.c, "Cold first") leaves those
+ * dirty, and clears their hot bit when it gives them a second chance;
+ * it clears the hot bits of the sectors it takes.  A hint and nothing more: a hot bit
+ * never keeps a sector from being dirty or taken, only decides which
+ * sweep takes it, so the bits change with plain atomic ORs and ANDs
+ * without ordering against the sector bits, and a race only moves a
+ * sector from one sweep to the next.  Never in a RAM image file: a
+ * resumed map starts with none.
  */
 
 #ifndef RAMBACK_CHUNKMAP_H
@@ -177,6 +190,7 @@ struct chunkmap {
   uint64_t resident;             /* V bits set (atomic, see above) */
   uint64_t nsect;                /* sectors of the device: those past it
                                     (in the last chunk) count as valid */
+  uint64_t *hot;                 /* hot bits, NULL: none (see above) */
 };
 
 extern int chunkmap_init (struct chunkmap *cm, uint64_t nchunks);
@@ -315,6 +329,34 @@ extern uint64_t chunkmap_take_bits (struct chunkmap *cm, uint64_t s,
                                     unsigned n);
 extern uint64_t chunkmap_peek_bits (const struct chunkmap *cm, uint64_t s,
                                     unsigned n);
+
+/* chunkmap_take_bits, but for the sectors in 'keep' (bit 0: sector s),
+ * which stay set.
+ */
+extern uint64_t chunkmap_take_bits_but (struct chunkmap *cm, uint64_t s,
+                                        unsigned n, uint64_t keep);
+
+/* Add the hot bits (after chunkmap_init_sectors; above).  -1 with
+ * errno ENOMEM if they cannot be allocated.
+ */
+extern int chunkmap_init_hot (struct chunkmap *cm);
+
+/* The hot bits [s, s+n), n <= 64, in one word (as chunkmap_peek_bits);
+ * 0 without them.
+ */
+static inline uint64_t
+chunkmap_peek_hot (const struct chunkmap *cm, uint64_t s, unsigned n)
+{
+  unsigned lo = s % 64;
+
+  if (cm->hot == NULL)
+    return 0;
+  return (rb_atomic_load_relaxed (&cm->hot[s / 64]) &
+          (n == 64 ? ~UINT64_C (0) : ((UINT64_C (1) << n) - 1) << lo)) >> lo;
+}
+
+/* Clear the hot bits of bitmap b (bit 0: sector s, one word). */
+extern void chunkmap_cool (struct chunkmap *cm, uint64_t s, uint64_t b);
 
 extern enum chunk_state chunkmap_get (const struct chunkmap *cm, uint64_t c);
 extern const char *rbi_chunk_state_name (enum chunk_state s);

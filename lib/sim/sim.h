@@ -94,7 +94,7 @@ struct sim_cfg {
   int clients;
   bool fsync_wait, writethrough, journal, ram, populate;
   uint64_t dirty_max;
-  uint32_t flush_delay_ms, commit_interval_ms;
+  uint32_t flush_delay_ms, commit_interval_ms, dirty_expire_ms;
   unsigned ups_window;
   uint64_t flush_rate, populate_rate;
   unsigned switch_permille, spurious_permille;
@@ -137,6 +137,8 @@ struct sim_shared {
   char fail_msg[2048];
   uint64_t fail_ops;             /* ops started when it failed */
   uint64_t crashes, power_cuts, clean_stops, syncs_ok, reads_checked;
+  uint64_t held_back;           /* rewritten sectors held back (clean
+                                   stops' lifetimes only) */
 };
 
 extern struct sim_shared *sim;
