@@ -481,7 +481,10 @@ extern void rbi_nb_clear_all (struct rb *rb);
 extern void rbi_resume_map (struct rb *rb);
 
 /* io.c */
-extern void rbi_throttle (struct rb *rb);
+/* Wait at the dirty limit before a write of [offset, offset+count)
+ * (count 0: not known), unless it only rewrites dirty sectors.
+ */
+extern void rbi_throttle (struct rb *rb, uint64_t offset, uint64_t count);
 /* Would rbi_throttle wait now?  Lock-free (rbi_try_pwrite). */
 extern bool rbi_over_dirty_limit (struct rb *rb);
 /* Over half the dirty limit: write back should not wait (flush.c). */

@@ -3582,6 +3582,63 @@ test_cold_first_all_hot (void)
   fx_finish (&f, "cold first, every sector hot");
 }
 
+/* 64 KiB chunks, dirty-max= of 4 chunks (64 sectors); the flusher held
+ * writing back a sector of chunk 15.  63 sectors written once reach the
+ * limit.  A write to one of them again adds nothing to the dirty data:
+ * it must not wait at the limit (a skewed load rewrites its hot sectors
+ * far more often than it dirties new ones, and those rewrites waited
+ * for write back as if each dirtied a sector).  A write to a new
+ * sector still waits.
+ */
+static void
+test_rewrite_at_limit (void)
+{
+  struct fx f;
+  uint64_t x = 15 * BIG_CHUNK, k;
+  struct ts_match m = { .ops = TS_WRITE, .offset = x, .count = SECTOR,
+                        .tag = "" };
+  g_autofree uint8_t *v = NULL, *v2 = NULL, *v3 = NULL;
+  struct ts_gate *g;
+  struct job re, nw;
+
+  fx_open_cs (&f, 71, false, true, true, 4 * BIG_CHUNK, BIG_CHUNK);
+  v = fx_random (&f, SECTOR);
+  v2 = fx_random (&f, 1000);
+  v3 = fx_random (&f, SECTOR);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v, SECTOR, x, 0);
+  ts_gate_wait (g);
+  for (k = 0; k < 63; k++)
+    fx_write (&f, v, SECTOR, (k % 15) * BIG_CHUNK + (k / 15) * SECTOR, 0);
+  g_assert_true (rbi_over_dirty_limit (f.rb));
+
+  re = (struct job) { .f = &f, .tag = "rewriter", .op = J_WRITE, .buf = v2,
+                      .len = 1000, .off = 3 * BIG_CHUNK + 2 * SECTOR + 9 };
+  job_start (&re);
+  TS_WAIT (rb_atomic_load (&re.done) || waiters (&f.rb->space_cond) > 0,
+           "the rewrite of a dirty sector at the dirty limit");
+  if (!rb_atomic_load (&re.done))
+    g_error ("a write into sectors all dirty already waited at the dirty "
+             "limit (it adds no dirty data)");
+  job_join (&re);
+  g_assert_cmpint (re.r, ==, 0);
+  memcpy (f.model + re.off, v2, 1000);
+
+  /* A new sector waits, until the write back goes on. */
+  nw = (struct job) { .f = &f, .tag = "writer", .op = J_WRITE, .buf = v3,
+                      .len = SECTOR, .off = 14 * BIG_CHUNK + 9 * SECTOR };
+  job_start (&nw);
+  TS_WAIT (rb_atomic_load (&nw.done) || waiters (&f.rb->space_cond) > 0,
+           "the write of a new sector to wait at the dirty limit");
+  if (rb_atomic_load (&nw.done))
+    g_error ("a write of a sector not dirty went past the dirty limit");
+  ts_gate_open (g);
+  job_join (&nw);
+  g_assert_cmpint (nw.r, ==, 0);
+  memcpy (f.model + nw.off, v3, SECTOR);
+  fx_finish (&f, "a rewrite at the dirty limit");
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -3676,5 +3733,6 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/cold-first-sync", test_cold_first_sync);
   g_test_add_func ("/interleave/cold-first-expire", test_cold_first_expire);
   g_test_add_func ("/interleave/cold-first-all-hot", test_cold_first_all_hot);
+  g_test_add_func ("/interleave/rewrite-at-limit", test_rewrite_at_limit);
   return g_test_run ();
 }

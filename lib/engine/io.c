@@ -370,7 +370,8 @@ premark_dirty (struct rb *rb, const struct req *r)
 /* Writers wait while dirty + in-flight + unsynced data is over the
  * limit (all of it must be made durable to drain).  Checked before the
  * write, so the limit can be exceeded by at most the writes in progress
- * at once (nbdkit threads x request size).
+ * at once (nbdkit threads x request size).  A write whose sectors are
+ * all dirty already (all_dirty) adds nothing to it and does not wait.
  *
  * What counts is what write back still has to send and sync, so that
  * scattered small writes into large chunks are not held back as if
@@ -450,8 +451,39 @@ rbi_dirty_pressure (struct rb *rb)
   return limit != 0 && over (rb, limit / 2);
 }
 
+/* Is every sector of [offset, offset+count) dirty already (its chunk
+ * DIRTY, and with sector bits its bit set)?  Then writing it again adds
+ * nothing to what the dirty limit counts.  A hint: write back may take
+ * the sectors meanwhile, and the write then dirties them again, which
+ * passes the limit by that write, as a write in progress when the
+ * limit is reached does.
+ */
+static bool
+all_dirty (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  uint64_t c, c0 = rbi_chunk_of (rb, offset);
+  uint64_t c1 = rbi_chunk_of (rb, offset + count - 1);
+
+  for (c = c0; c <= c1; c++)
+    if (chunkmap_get (&rb->map, c) != CS_DIRTY)
+      return false;
+  if (rb->map.sect) {
+    uint64_t s = offset >> rb->sector_shift;
+    uint64_t end = ((offset + count - 1) >> rb->sector_shift) + 1;
+
+    while (s < end) {
+      unsigned n = RB_MIN (end - s, 64 - s % 64);
+
+      if (chunkmap_peek_bits (&rb->map, s, n) != chunkmap_bit_range (0, n))
+        return false;
+      s += n;
+    }
+  }
+  return true;
+}
+
 void
-rbi_throttle (struct rb *rb)
+rbi_throttle (struct rb *rb, uint64_t offset, uint64_t count)
 {
   uint64_t limit = rb_atomic_load (&rb->dirty_limit);
 
@@ -461,6 +493,12 @@ rbi_throttle (struct rb *rb)
       over (rb, limit / 2))
     rbi_flusher_hurry (rb);
   if (limit == 0 || !OVER ())
+    return;
+  /* A rewrite of dirty sectors adds no dirty data: a skewed load's hot
+   * sectors, rewritten far more often than it dirties new ones, do not
+   * wait for write back.
+   */
+  if (count && all_dirty (rb, offset, count))
     return;
   rb_atomic_add (&rb->throttled, 1);
   if (rb->jops)                 /* the dirty data drains by commits */
@@ -643,7 +681,7 @@ journal_wait (struct rb *rb, const struct req *r)
 static int
 journal_write (struct rb *rb, const struct req *r)
 {
-  rbi_throttle (rb);
+  rbi_throttle (rb, r->offset, r->count);
   if (journal_into_ram (rb, r) == -1)
     return -1;
   return journal_wait (rb, r);
@@ -821,7 +859,7 @@ slotted_write (struct rb *rb, const struct req *r)
         return -1;
     }
     else
-      rbi_throttle (rb);
+      rbi_throttle (rb, p.offset, p.count);
     if (write_reserve (rb, &p, &n) == -1)
       return -1;
     ret = wt ? writethrough (rb, &p) : slow_path (rb, &p);
@@ -858,7 +896,7 @@ slotted_journal_write (struct rb *rb, const struct req *r)
                   rb->cfg.ram_size, rb->write_max_chunks, rb->write_max);
     return -1;
   }
-  rbi_throttle (rb);
+  rbi_throttle (rb, r->offset, r->count);
   if (write_reserve (rb, r, &n) == -1)
     return -1;
   ret = journal_into_ram (rb, r);
@@ -888,7 +926,7 @@ do_write (struct rb *rb, const struct req *r)
     return writethrough (rb, r);
   }
 
-  rbi_throttle (rb);
+  rbi_throttle (rb, r->offset, r->count);
   if (!loaded (rb, r->c0, r->c1))
     return slow_path (rb, r);
   fast_write (rb, r);
@@ -902,7 +940,8 @@ try_write (struct rb *rb, struct req *r)
   if (rb->store->read_only || rb->jops || rb->slotted ||
       rb_atomic_load (&rb->mode) != RB_MODE_WRITEBACK ||
       ((r->flags & RB_FUA) && rb->cfg.fsync_wait) ||
-      rbi_over_dirty_limit (rb) || !loaded (rb, r->c0, r->c1))
+      !loaded (rb, r->c0, r->c1) ||
+      (rbi_over_dirty_limit (rb) && !all_dirty (rb, r->offset, r->count)))
     return false;
   r->nowait = true;
   trace_write (rb, r);
