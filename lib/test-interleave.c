@@ -2749,6 +2749,22 @@ miss_done (struct fx *f, struct job *rd, const char *what)
   g_assert_cmpuint (rb_atomic_load (&f->rb->evictions), >, 0);
 }
 
+/* ram-size= of 16 chunks, started, and *rd a read that misses (chunk
+ * 200) into got.
+ */
+static void
+fx_open_16_slots (struct fx *f, guint32 seed, struct job *rd, uint8_t *got)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
+                         .store.tls_verify_peer = -1 };
+
+  fx_open_cfg (f, seed, &c, true);
+  g_assert_true (f->rb->slotted);
+  g_assert_cmpuint (f->rb->nslots, ==, 16);
+  *rd = (struct job) { .f = f, .tag = "miss", .op = J_READ, .buf = got,
+                       .len = CHUNK, .off = 200 * CHUNK };
+}
+
 /* ram-size= of 16 chunks, every one of them resident and clean but not
  * synced yet: writethrough writes, and one chunk whose write back the
  * test holds (so the flusher can sync nothing).  Such chunks may not be
@@ -2759,18 +2775,13 @@ miss_done (struct fx *f, struct job *rd, const char *what)
 static void
 test_evict_waits_for_sync (void)
 {
-  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
-                         .store.tls_verify_peer = -1 };
-  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
-                    .off = 200 * CHUNK };
   g_autofree uint8_t *got = g_malloc (CHUNK);
   struct ts_gate *g;
+  struct job rd;
   struct fx f;
   uint64_t k;
 
-  fx_open_cfg (&f, 131, &c, true);
-  g_assert_true (f.rb->slotted);
-  g_assert_cmpuint (f.rb->nslots, ==, 16);
+  fx_open_16_slots (&f, 131, &rd, got);
   g = stall_flusher (&f, 100);
   g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
   for (k = 0; k < 15; k++) {
@@ -2781,8 +2792,6 @@ test_evict_waits_for_sync (void)
   g_assert_cmpuint (chunkmap_loaded (&f.rb->map), ==, 16);
   g_assert_cmpuint (rb_atomic_load (&f.rb->evictions), ==, 0);
 
-  rd.f = &f;
-  rd.buf = got;
   job_start (&rd);
   /* It passes the 15 chunks not synced and the one in write back, and
    * waits for room.
@@ -2808,17 +2817,13 @@ test_evict_waits_for_sync (void)
 static void
 test_evict_skips_busy (void)
 {
-  struct rb_config c = { .chunk_size = CHUNK, .ram_size = 16 * CHUNK,
-                         .store.tls_verify_peer = -1 };
-  struct job rd = { .tag = "miss", .op = J_READ, .len = CHUNK,
-                    .off = 200 * CHUNK };
   g_autofree uint8_t *got = g_malloc (CHUNK);
   struct ts_gate *g;
+  struct job rd;
   struct fx f;
   uint64_t k;
 
-  fx_open_cfg (&f, 139, &c, true);
-  g_assert_true (f.rb->slotted);
+  fx_open_16_slots (&f, 139, &rd, got);
   g = stall_flusher (&f, 0);
   for (k = 1; k < 16; k++)
     g_assert_cmpint (rb_pread (f.rb, got, CHUNK, k * CHUNK), ==, 0);
@@ -2826,8 +2831,6 @@ test_evict_skips_busy (void)
   g_assert_cmpuint (rb_atomic_load (&f.rb->evictions), ==, 0);
   g_assert_cmpuint (chunkmap_get (&f.rb->map, 0), ==, CS_CLEAN);
 
-  rd.f = &f;
-  rd.buf = got;
   job_start (&rd);
   TS_WAIT (rb_atomic_load (&rd.done) || waiters (&f.rb->rl.released) > 0,
            "the miss to find room");
@@ -3442,6 +3445,33 @@ cold_writes (struct fx *f)
   return h2;
 }
 
+/* Let the held flusher go, and hold the next write of the hot sector
+ * at the store; *st: the stats then.  Returns that write's gate.
+ */
+static struct ts_gate *
+cold_go (struct fx *f, struct ts_gate *g, struct rb_stats *st)
+{
+  struct ts_match mh = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
+                         .tag = "" };
+  struct ts_gate *gh = ts_gate_arm (f->ts, &mh, 0);
+
+  ts_gate_open (g);
+  ts_gate_wait (gh);
+  rb_get_stats (f->rb, st);
+  return gh;
+}
+
+/* Let the hot sector's write go: it is durable after a sync. */
+static void
+cold_finish (struct fx *f, struct ts_gate *gh, const uint8_t *hot,
+             const char *what)
+{
+  ts_gate_open (gh);
+  ts_sync_until_ok (f->rb);
+  g_assert_true (ts_durable_has (f->ts, hot, SECTOR, 0));
+  fx_finish (f, what);
+}
+
 /* Under pressure, the sweep after the held one writes back the 40 cold
  * sectors and syncs them, and leaves the hot one dirty: when the hot
  * sector's write reaches the store (a later sweep, below half the
@@ -3451,8 +3481,6 @@ static void
 test_cold_first (void)
 {
   struct fx f;
-  struct ts_match mh = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
-                         .tag = "" };
   g_autofree uint8_t *hot = NULL;
   struct ts_gate *g, *gh;
   struct rb_stats st;
@@ -3460,22 +3488,16 @@ test_cold_first (void)
 
   g = cold_open (&f, 131, 30000);
   hot = cold_writes (&f);
-  gh = ts_gate_arm (f.ts, &mh, 0);
-  ts_gate_open (g);
-  ts_gate_wait (gh);
+  gh = cold_go (&f, g, &st);
   for (k = 0; k < COLD_N; k++)
     cold_durable += ts_durable_has (f.ts, f.model + cold_off (k), SECTOR,
                                     cold_off (k));
-  rb_get_stats (f.rb, &st);
   if (cold_durable != COLD_N || st.held_back != 1)
     g_error ("under pressure, the rewritten sector went to the store with "
              "%u of %d cold sectors durable before it, held_back %" PRIu64
              " (want all of them, and 1)", cold_durable, COLD_N,
              st.held_back);
-  ts_gate_open (gh);
-  ts_sync_until_ok (f.rb);
-  g_assert_true (ts_durable_has (f.ts, hot, SECTOR, 0));
-  fx_finish (&f, "cold first");
+  cold_finish (&f, gh, hot, "cold first");
 }
 
 /* The same, with an rb_sync waiting when the pressure begins: the sweep
@@ -3520,8 +3542,6 @@ static void
 test_cold_first_expire (void)
 {
   struct fx f;
-  struct ts_match mh = { .ops = TS_WRITE, .offset = 0, .count = SECTOR,
-                         .tag = "" };
   g_autofree uint8_t *hot = NULL;
   struct ts_gate *g, *gh;
   struct rb_stats st;
@@ -3531,17 +3551,11 @@ test_cold_first_expire (void)
   hot = cold_writes (&f);
   t = rb_now_ns ();
   TS_WAIT (rb_now_ns () >= t + 2000000, "2 ms to pass (dirty-expire=)");
-  gh = ts_gate_arm (f.ts, &mh, 0);
-  ts_gate_open (g);
-  ts_gate_wait (gh);
-  rb_get_stats (f.rb, &st);
+  gh = cold_go (&f, g, &st);
   if (st.held_back != 0)
     g_error ("dirty-expire= 1 ms over: a sweep held %" PRIu64 " rewritten "
              "sectors back", st.held_back);
-  ts_gate_open (gh);
-  ts_sync_until_ok (f.rb);
-  g_assert_true (ts_durable_has (f.ts, hot, SECTOR, 0));
-  fx_finish (&f, "cold first, expired");
+  cold_finish (&f, gh, hot, "cold first, expired");
 }
 
 /* Every dirty sector hot: the sweep holds all 40 back and writes
