@@ -482,7 +482,7 @@ extern void rbi_resume_map (struct rb *rb);
 
 /* io.c */
 /* Wait at the dirty limit before a write of [offset, offset+count)
- * (count 0: not known), unless it only rewrites dirty sectors.
+ * (count > 0), unless it only rewrites dirty sectors.
  */
 extern void rbi_throttle (struct rb *rb, uint64_t offset, uint64_t count);
 /* Would rbi_throttle wait now?  Lock-free (rbi_try_pwrite). */

@@ -191,20 +191,7 @@ chunkmap_mark_bits (struct chunkmap *cm, uint64_t s, uint64_t b)
 uint64_t
 chunkmap_take_bits (struct chunkmap *cm, uint64_t s, unsigned n)
 {
-  unsigned lo = s % 64;
-  uint64_t m = chunkmap_bit_range (lo, n), *w = &cm->sect[s / 64], old;
-
-  rb_assert (lo + n <= 64);
-  if (m == ~UINT64_C (0))
-    old = rb_atomic_xchg (w, 0);
-  else {
-    old = rb_atomic_load (w);
-    while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
-      ;
-  }
-  if (old & m)
-    rb_atomic_sub (&cm->sect_set, (uint64_t) rb_popcount64 (old & m));
-  return (old & m) >> lo;
+  return chunkmap_take_bits_but (cm, s, n, 0);
 }
 
 uint64_t
@@ -216,9 +203,13 @@ chunkmap_take_bits_but (struct chunkmap *cm, uint64_t s, unsigned n,
   uint64_t *w = &cm->sect[s / 64], old;
 
   rb_assert (lo + n <= 64);
-  old = rb_atomic_load (w);
-  while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
-    ;
+  if (m == ~UINT64_C (0))
+    old = rb_atomic_xchg (w, 0);
+  else {
+    old = rb_atomic_load (w);
+    while ((old & m) && !rb_atomic_cas (w, &old, old & ~m))
+      ;
+  }
   if (old & m)
     rb_atomic_sub (&cm->sect_set, (uint64_t) rb_popcount64 (old & m));
   return (old & m) >> lo;

@@ -352,7 +352,7 @@ chunkmap_peek_hot (const struct chunkmap *cm, uint64_t s, unsigned n)
   if (cm->hot == NULL)
     return 0;
   return (rb_atomic_load_relaxed (&cm->hot[s / 64]) &
-          (n == 64 ? ~UINT64_C (0) : ((UINT64_C (1) << n) - 1) << lo)) >> lo;
+          chunkmap_bit_range (lo, n)) >> lo;
 }
 
 /* Clear the hot bits of bitmap b (bit 0: sector s, one word). */

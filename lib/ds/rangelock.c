@@ -144,24 +144,6 @@ earlier_overlap (const struct rl_node *t, uint64_t start, uint64_t end,
   return false;
 }
 
-/* Is any node overlapping [start, end) held? */
-static bool
-any_overlap (const struct rl_node *t, uint64_t start, uint64_t end)
-{
-  while (t != NULL) {
-    if (t->max_end <= start)
-      return false;
-    if (t->left && any_overlap (t->left, start, end))
-      return true;
-    if (t->start >= end)
-      return false;
-    if (t->end > start)
-      return true;
-    t = t->right;
-  }
-  return false;
-}
-
 /* Insert n, [start, end) of kind, as the next arrival.  rl->lock held. */
 static void
 insert_locked (struct rangelock *rl, struct rl_node *n, uint64_t start,
@@ -195,7 +177,10 @@ rangelock_try_acquire (struct rangelock *rl, struct rl_node *n,
                        uint64_t start, uint64_t end, enum rl_kind kind)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
-  if (any_overlap (rl->root, start, end))
+  /* Every node is earlier than a new one, and a WRITE waits for every
+   * kind: any overlapping node at all.
+   */
+  if (earlier_overlap (rl->root, start, end, UINT64_MAX, RL_WRITE))
     return false;
   insert_locked (rl, n, start, end, kind);
   return true;
