@@ -223,6 +223,41 @@ test_sectors (void)
 static void
 test_names (void)
 {
+/* Two writers dirty one chunk at once: A's compare-and-swap makes it
+ * DIRTY (or ZERO), and A is preempted before it sets the word's dirty
+ * hint; B's move finds the chunk DIRTY already, changes nothing, and B
+ * is acknowledged.  A FLUSH now must find the chunk: the write back
+ * that answers it searches by the hint.  A's state change without its
+ * hint is made by hand here (A is stopped between the two).
+ */
+static void
+test_hint_second_writer (void)
+{
+  static const enum chunk_state states[] = { CS_DIRTY, CS_ZERO };
+  struct chunkmap cm;
+  size_t i;
+
+  for (i = 0; i < G_N_ELEMENTS (states); i++) {
+    enum chunk_state to = states[i];
+
+    g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
+    chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
+    /* A search over a clean map drops the hints. */
+    g_assert_cmpuint (chunkmap_next (&cm, 0, CS_ANY_DIRTY), ==, UINT64_MAX);
+    /* A: its CAS, CLEAN -> to for chunk 5, then stopped. */
+    cm.words[0] ^= ((uint64_t) (CS_CLEAN ^ to)) << (2 * 5);
+    g_assert_cmpint (chunkmap_get (&cm, 5), ==, to);
+    /* B: the same move, acknowledged. */
+    chunkmap_move (&cm, 5, 1, CS_BIT (CS_CLEAN) | CS_BIT (CS_EMPTY), to, NULL);
+    if (chunkmap_next (&cm, 0, CS_ANY_DIRTY) != 5)
+      g_error ("a %s chunk of a writer stopped before its hint, moved "
+               "again by a second writer that was acknowledged, is not "
+               "found by write back's search",
+               rbi_chunk_state_name (to));
+    chunkmap_free (&cm);
+  }
+}
+
   g_assert_cmpstr (rbi_chunk_state_name (CS_EMPTY), ==, "empty");
   g_assert_cmpstr (rbi_chunk_state_name (CS_ZERO), ==, "zero");
 }
@@ -284,3 +319,4 @@ main (int argc, char *argv[])
   g_test_add_func ("/chunkmap/evict", test_evict);
   return g_test_run ();
 }
+  g_test_add_func ("/chunkmap/hint-second-writer", test_hint_second_writer);

@@ -680,11 +680,16 @@ move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
         wc[s] = rb_popcount64 (fields_equal (old, s) & m);
         counts[s] += wc[s];
       }
-      if (is_dirty_state (to))
-        sumbits_set (&cm->dirty_hint, w);
       /* A chunk that leaves EMPTY whole holds all its sectors (V). */
       if (wc[CS_EMPTY] && cm->part)
         valid_whole (cm, w, fields_equal (old, CS_EMPTY) & m);
+    /* The hint, after the change (sumbits.h), and also when nothing
+     * moved: the chunk may be dirty by another writer's CAS whose hint
+     * is not set yet, and this caller may be acknowledged before that
+     * writer gets to it; a FLUSH then must still find the chunk.
+     */
+    if (is_dirty_state (to))
+      sumbits_set (&cm->dirty_hint, w);
     }
     c = (w + 1) * PER_WORD;
   }

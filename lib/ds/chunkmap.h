@@ -5,7 +5,10 @@
  * 64-bit word, changed only with compare-and-swap: there is no lock per
  * chunk and no lock at all on this map.  It also owns the hints that let
  * the flusher find dirty chunks and the populator find empty ones in
- * O(found) (sumbits.h), and the dirty and loaded counters.
+ * O(found) (sumbits.h), and the dirty and loaded counters.  A move to
+ * DIRTY or ZERO sets the dirty hint even when it changes nothing: two
+ * writers may dirty one chunk at once, and the one whose move finds it
+ * dirty already may be acknowledged before the other has set the hint.
  *
  *   EMPTY  00  not loaded from the backing store yet
  *   CLEAN  01  RAM == backing store (once written and synced)

@@ -86,6 +86,14 @@ done
 # time.  Replay now syncs the journal first.  Later changes moved the
 # seed's schedule off the bug; /journal/replay-unsynced holds it.
 "$sim" --seed=188366 --ops=2000
+# Two zeroes of one chunk at once, after a resume (ram=): the first one's
+# CAS made the chunk ZERO and it stopped before setting the dirty hint;
+# the second found it ZERO, set no hint, and was acknowledged; a FLUSH
+# then swept past the chunk and the store never got the zero.  A move
+# to a dirty state now sets the hint even when nothing moved.  The fix
+# adds a yield point that moves this seed's schedule off the bug;
+# /chunkmap/hint-second-writer holds it.
+"$sim" --seed=332 --ops=2000
 # Seed 1046 found a bug (a whole-chunk trim, then a FUA write into part
 # of that chunk: after FLUSH the store held the old data in the rest of
 # the chunk) that later changes moved out of its trace, not known fixed.
