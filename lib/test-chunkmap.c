@@ -142,7 +142,8 @@ test_sectors (void)
     uint64_t per = UINT64_C (1) << shift;
 
     g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
-    g_assert_cmpint (chunkmap_init_sectors (&cm, shift, NULL, false), ==, 0);
+    g_assert_cmpint (chunkmap_init_sectors (&cm, shift, NULL, false,
+                                                   100 * per), ==, 0);
     chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
     /* Nothing set yet. */
     for (s = 0; s < 100 * per; s += 64)
@@ -195,7 +196,8 @@ test_sectors (void)
   chunkmap_move (&cm, 33, 2, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
   chunkmap_free (&cm);
   g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
-  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false), ==, 0);
+  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false, 100 * 16),
+                   ==, 0);
   g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 2 * 16);
   for (s = 0; s < 100 * 16; s++)
     g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
@@ -210,7 +212,8 @@ test_sectors (void)
 
     g_assert_cmpint (chunkmap_init_at (&cm, 100, words, true), ==, 0);
     sect[33 * 16 / 64] |= UINT64_C (1) << (33 * 16 % 64 + 3);
-    g_assert_cmpint (chunkmap_init_sectors (&cm, 4, sect, true), ==, 0);
+    g_assert_cmpint (chunkmap_init_sectors (&cm, 4, sect, true, 100 * 16),
+                     ==, 0);
     g_assert_cmpuint (chunkmap_sectors_set (&cm), ==, 1 + 16);
     for (s = 0; s < 100 * 16; s++)
       g_assert_cmpuint (chunkmap_peek_bits (&cm, s, 1), ==,
@@ -220,9 +223,6 @@ test_sectors (void)
   }
 }
 
-static void
-test_names (void)
-{
 /* Two writers dirty one chunk at once: A's compare-and-swap makes it
  * DIRTY (or ZERO), and A is preempted before it sets the word's dirty
  * hint; B's move finds the chunk DIRTY already, changes nothing, and B
@@ -258,6 +258,9 @@ test_hint_second_writer (void)
   }
 }
 
+static void
+test_names (void)
+{
   g_assert_cmpstr (rbi_chunk_state_name (CS_EMPTY), ==, "empty");
   g_assert_cmpstr (rbi_chunk_state_name (CS_ZERO), ==, "zero");
 }
@@ -272,9 +275,9 @@ test_evict (void)
   uint64_t c;
 
   g_assert_cmpint (chunkmap_init (&cm, 100), ==, 0);
-  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false), ==, 0);
-  g_assert_cmpint (chunkmap_init_partial (&cm, NULL, NULL, false,
-                                          100 * 16), ==, 0);
+  g_assert_cmpint (chunkmap_init_sectors (&cm, 4, NULL, false, 100 * 16),
+                   ==, 0);
+  g_assert_cmpint (chunkmap_init_partial (&cm, NULL, NULL, false), ==, 0);
   chunkmap_move (&cm, 0, 100, CS_BIT (CS_EMPTY), CS_CLEAN, NULL);
   g_assert_cmpuint (chunkmap_next (&cm, 0, CS_BIT (CS_EMPTY)), ==,
                     UINT64_MAX);
@@ -317,6 +320,6 @@ main (int argc, char *argv[])
   g_test_add_func ("/chunkmap/names", test_names);
   g_test_add_func ("/chunkmap/sectors", test_sectors);
   g_test_add_func ("/chunkmap/evict", test_evict);
+  g_test_add_func ("/chunkmap/hint-second-writer", test_hint_second_writer);
   return g_test_run ();
 }
-  g_test_add_func ("/chunkmap/hint-second-writer", test_hint_second_writer);

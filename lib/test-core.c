@@ -1014,6 +1014,44 @@ test_zero_ops (void)
   g_rand_free (r);
 }
 
+/* A device whose last chunk is short (64K chunks, 72K): a write into
+ * that chunk after a zero of it whole moves it ZERO -> DIRTY, which
+ * marks every sector of the chunk; the dirty limit must count the two
+ * the device has, not the sixteen of a whole chunk.
+ */
+static void
+test_tail_chunk_sectors (void)
+{
+  size_t size = 72 * 1024;
+  uint8_t *model, buf[4096];
+  GRand *r = g_rand_new_with_seed (43);
+  struct tstore *ts = random_store (r, size, &model);
+  struct rb_stats st;
+  struct rb *rb;
+
+  override_flush_delay_ms = 60000;
+  rb = open_ts (ts, 65536, false);
+  override_flush_delay_ms = 0;
+  g_assert_cmpint (rb_zero (rb, 8192, 65536, 0), ==, 0);
+  memset (model + 65536, 0, 8192);
+  memset (buf, 0xa5, sizeof buf);
+  g_assert_cmpint (rb_pwrite (rb, buf, sizeof buf, 65536, 0), ==, 0);
+  memcpy (model + 65536, buf, sizeof buf);
+  rb_get_stats (rb, &st);
+  if (st.dirty_bytes != 8192)
+    g_error ("a zeroed short last chunk (2 sectors), then written: "
+             "dirty_bytes %" G_GUINT64_FORMAT " (want 8192: no sector "
+             "past the device's end counts)", st.dirty_bytes);
+  ts_sync_until_ok (rb);
+  ts_assert_durable (ts, model, "after the short chunk's write back");
+  rb_get_stats (rb, &st);
+  g_assert_cmpuint (st.dirty_bytes, ==, 0);
+  g_assert_cmpint (rb_close (rb), ==, 0);
+  ts_free (ts);
+  g_free (model);
+  g_rand_free (r);
+}
+
 /* --- bad configuration --------------------------------------------- */
 
 /* A message that wraps the previous one (rb_set_error (errno, "...: %s",
@@ -1139,6 +1177,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/core/writethrough-sync-fails",
                    test_writethrough_sync_fails);
   g_test_add_func ("/core/zero-ops", test_zero_ops);
+  g_test_add_func ("/core/tail-chunk-sectors", test_tail_chunk_sectors);
   g_test_add_func ("/core/bad-config", test_bad_config);
   g_test_add_func ("/core/config-rules", test_config_rules);
   g_test_add_func ("/core/error-wraps", test_error_wraps);

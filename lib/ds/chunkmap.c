@@ -142,7 +142,8 @@ chunkmap_free (struct chunkmap *cm)
 void
 chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
 {
-  uint64_t end = s + n;
+  /* None past the device: a whole short last chunk's are its own. */
+  uint64_t end = RB_MIN_U (s + n, cm->nsect);
 
   if (cm->sect == NULL)
     return;
@@ -278,10 +279,13 @@ mark_chunk (struct chunkmap *cm, uint64_t c)
 
 int
 chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
-                       uint64_t *words, bool existing)
+                       uint64_t *words, bool existing, uint64_t nsect)
 {
   uint64_t nbits = cm->nchunks << per_chunk_shift, w;
   uint64_t nsw = (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
+
+  rb_assert (nsect <= nbits &&
+             nsect + (UINT64_C (1) << per_chunk_shift) > nbits);
 
   if (words) {
     cm->sect = words;
@@ -298,10 +302,17 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
     existing = false;
   }
   cm->sect_per_chunk_shift = per_chunk_shift;
+  cm->nsect = nsect;
   cm->sect_set = 0;
-  if (existing)
+  if (existing) {
+    /* Bits past the device, from an image before they were clipped:
+     * nothing to write back there.
+     */
+    for (w = nsect; w < nsw * 64; w = (w / 64 + 1) * 64)
+      cm->sect[w / 64] &= ~chunkmap_bit_range (w % 64, 64 - w % 64);
     for (w = 0; w < nsw; w++)
       cm->sect_set += (uint64_t) rb_popcount64 (cm->sect[w]);
+  }
   /* A word at a time (the tail is parked CLEAN, never dirty).  Not the
    * ZERO chunks: they are written back whole, and a move to DIRTY sets
    * all their bits (chunkmap.h, "Counting").
@@ -373,7 +384,7 @@ resident_rebuild (struct chunkmap *cm)
 
 int
 chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
-                       bool existing, uint64_t nsect)
+                       bool existing)
 {
   uint64_t npw = (cm->nchunks + 63) / 64 ? (cm->nchunks + 63) / 64 : 1;
   uint64_t nsw = sect_words (cm), w;
@@ -401,7 +412,6 @@ chunkmap_init_partial (struct chunkmap *cm, uint64_t *part, uint64_t *valid,
     existing = false;
   }
   cm->npartial = 0;
-  cm->nsect = nsect;
   cm->resident = 0;
   if (!existing)                /* a new map: every chunk EMPTY */
     return 0;
@@ -675,6 +685,13 @@ move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
       new = (old & ~(m * 3)) | (pattern (to) & (m * 3));
     } while (!rb_atomic_cas (&cm->words[w], &old, new));
 
+    /* The hint, after the change (sumbits.h), and also when nothing
+     * moved: the chunk may be dirty by another writer's CAS whose hint
+     * is not set yet, and this caller may be acknowledged before that
+     * writer gets to it; a FLUSH then must still find the chunk.
+     */
+    if (is_dirty_state (to))
+      sumbits_set (&cm->dirty_hint, w);
     if (m != 0) {
       for (s = 0; s < 4; s++) {
         wc[s] = rb_popcount64 (fields_equal (old, s) & m);
@@ -683,13 +700,6 @@ move (struct chunkmap *cm, uint64_t first, uint64_t n, unsigned from,
       /* A chunk that leaves EMPTY whole holds all its sectors (V). */
       if (wc[CS_EMPTY] && cm->part)
         valid_whole (cm, w, fields_equal (old, CS_EMPTY) & m);
-    /* The hint, after the change (sumbits.h), and also when nothing
-     * moved: the chunk may be dirty by another writer's CAS whose hint
-     * is not set yet, and this caller may be acknowledged before that
-     * writer gets to it; a FLUSH then must still find the chunk.
-     */
-    if (is_dirty_state (to))
-      sumbits_set (&cm->dirty_hint, w);
     }
     c = (w + 1) * PER_WORD;
   }

@@ -191,8 +191,8 @@ struct chunkmap {
   bool part_external;            /* part and valid are the caller's */
   uint64_t npartial;             /* chunks with P (atomic) */
   uint64_t resident;             /* V bits set (atomic, see above) */
-  uint64_t nsect;                /* sectors of the device: those past it
-                                    (in the last chunk) count as valid */
+  uint64_t nsect;                /* sectors of the device: no sector bit
+                                    past them; they count as valid */
   uint64_t *hot;                 /* hot bits, NULL: none (see above) */
 };
 
@@ -216,10 +216,13 @@ extern void chunkmap_free (struct chunkmap *cm);
  * they are, with every sector set of a DIRTY chunk that has none.
  * Otherwise every sector of the chunks DIRTY now is set (a resumed map
  * without its bits: nothing finer is known); ZERO chunks need none.
+ * nsect: the device's sectors (the last chunk may have fewer); no bit
+ * past them is ever set, whole-chunk marks included.
  */
 extern int chunkmap_init_sectors (struct chunkmap *cm,
                                   unsigned per_chunk_shift,
-                                  uint64_t *words, bool existing);
+                                  uint64_t *words, bool existing,
+                                  uint64_t nsect);
 
 /* Add partial chunks (after chunkmap_init_sectors, with at least two
  * sectors per chunk): P and V in the caller's memory ('part':
@@ -228,12 +231,11 @@ extern int chunkmap_init_sectors (struct chunkmap *cm,
  * (a resumed image): kept, except that EMPTY chunks lose theirs (an
  * EMPTY chunk is never trusted), whole chunks get every V bit, and the
  * resident sectors are counted again; else they are cleared (every
- * chunk must be EMPTY then).  nsect: the device's sectors (the last
- * chunk may have fewer).
+ * chunk must be EMPTY then).  The sectors past the device (the last
+ * chunk may have fewer, chunkmap_init_sectors) count as valid.
  */
 extern int chunkmap_init_partial (struct chunkmap *cm, uint64_t *part,
-                                  uint64_t *valid, bool existing,
-                                  uint64_t nsect);
+                                  uint64_t *valid, bool existing);
 
 /* Is chunk c partial?  False without partial chunks. */
 static inline bool

@@ -168,7 +168,9 @@ rb_open (const struct rb_config *config)
   rb->sector_shift = RB_MIN (rb->chunk_shift, RB_SECTOR_SHIFT);
   if (chunkmap_init_sectors (&rb->map, rb->chunk_shift - rb->sector_shift,
                              rb->ram.sect_words,
-                             rb->ram.source != RAMIMAGE_POPULATED) == -1) {
+                             rb->ram.source != RAMIMAGE_POPULATED,
+                             (rb->size + (UINT64_C (1) << rb->sector_shift)
+                              - 1) >> rb->sector_shift) == -1) {
     rb_set_error (errno, "cannot allocate the sector map for %" PRIu64
                   " chunks", rb->nchunks);
     goto fail;
@@ -182,9 +184,7 @@ rb_open (const struct rb_config *config)
       (rb->ram.map_words == NULL || rb->ram.part_words != NULL) &&
       chunkmap_init_partial (&rb->map, rb->ram.part_words,
                              rb->ram.valid_words,
-                             rb->ram.source != RAMIMAGE_POPULATED,
-                             (rb->size + (UINT64_C (1) << rb->sector_shift)
-                              - 1) >> rb->sector_shift) == -1) {
+                             rb->ram.source != RAMIMAGE_POPULATED) == -1) {
     rb_set_error (errno, "cannot allocate the partial chunk map for %"
                   PRIu64 " chunks", rb->nchunks);
     goto fail;
