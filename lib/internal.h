@@ -256,6 +256,9 @@ struct rb {
   uint64_t write_max;           /* with journal=: the bytes of a request
                                    that fit at any offset (the maximum
                                    block size advertised); 0 otherwise */
+  uint64_t zero_piece_chunks;   /* with journal=: a zero or trim over
+                                   more chunks goes in pieces (io.c);
+                                   0 otherwise */
   rb_mutex slot_lock;           /* the reservations and the policy */
   uint64_t slots_reserved;      /* [slot_lock] */
   struct evict evict;           /* [slot_lock], but evict_touch */

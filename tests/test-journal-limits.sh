@@ -4,7 +4,8 @@
 #  - A write that can never fit in the journal fails with a message
 #    that says so; writes that fit only a few at a time go through in
 #    many transactions (or wait, throttled, if the store lags) and the
-#    data is all there after a clean stop.
+#    data is all there after a clean stop.  A zero or trim longer than
+#    the journal holds goes in pieces.
 #  - Each transaction's data starts 4 KiB aligned in the journal.
 #  - A journal of format version 1 holding a transaction is refused
 #    (by the plugin and by ramback recover) with a message saying how to
@@ -58,6 +59,33 @@ def body ():
     if st["journal_commits"] < 6:
         M.fail ("6 MiB went through a 1 MiB journal in %d transactions: %r"
                 % (st["journal_commits"], st))
+    # A zero or trim longer than the journal holds (mkfs and fstrim
+    # discard the whole device) goes in pieces; NBD promises no
+    # atomicity for them.
+    for what, off, n in (("zero", 4097, m.size - 8193),
+                         ("trim", 65536, m.size - 65536)):
+        d = rng.randbytes (8192)
+        h.pwrite (d, 12288)
+        m.write (12288, d)
+        try:
+            if what == "zero":
+                h.zero (n, off)
+            else:
+                h.trim (n, off)
+        except nbd.Error as e:
+            M.fail ("a %s of %d bytes, more than the journal holds, "
+                    "failed: %s" % (what, n, e))
+        m.zero (off, n)
+        m.check_nbd (h)
+    d = rng.randbytes (65536 * 3)
+    h.pwrite (d, 65536 * 40 + 512)
+    m.write (65536 * 40 + 512, d)
+    h.zero (m.size, 0, nbd.CMD_FLAG_FUA)
+    m.zero (0, m.size)
+    m.check_nbd (h)
+    d = rng.randbytes (65536)
+    h.pwrite (d, 100 * 4096)
+    m.write (100 * 4096, d)
     m.check_nbd (h)
     m.save (modelf)
 
@@ -80,9 +108,8 @@ stop_rb_same rb "$TMP/back.img" "$TMP/model"
 echo "=== with ram-size=: the largest request fits, a larger one is refused"
 # ram-size=1M of 64K chunks: 16 in RAM, dirty-max= 8 of them; a request
 # goes into RAM whole, so it may span the 8 others: 7 chunks at any
-# offset (8 when aligned).  A write or zero over more is refused; a
-# longer trim goes in
-# pieces.
+# offset (8 when aligned).  A write over more is refused; a longer
+# zero or trim goes in pieces.
 truncate -s $(( 2 * 1024 * 1024 )) "$TMP/back3.img"
 truncate -s $(( 1024 * 1024 )) "$TMP/j3.img"
 start_rb rb back="$TMP/back3.img" journal="$TMP/j3.img" chunk=64K ram-size=1M
@@ -106,14 +133,16 @@ def body ():
         d = rng.randbytes (big)
         h.pwrite (d, off)
         m.write (off, d)
-    for what, op in (("write", lambda: h.pwrite (bytes (8 * 65536), 1)),
-                     ("zero", lambda: h.zero (1 << 20, 0))):
-        try:
-            op ()
-            M.fail ("a %s larger than the maximum block size was accepted"
-                    % what)
-        except nbd.Error as e:
-            M.log ("%s refused: %s" % (what, e))
+    try:
+        h.pwrite (bytes (8 * 65536), 1)
+        M.fail ("a write larger than the maximum block size was accepted")
+    except nbd.Error as e:
+        M.log ("write refused: %s" % e)
+    # No payload: a longer zero or trim goes in pieces (NBD allows them
+    # past the maximum block size).
+    h.zero (1 << 20, 4095)
+    m.zero (4095, 1 << 20)
+    m.check_nbd (h)
     h.trim (m.size - 65536, 65536)
     m.write (65536, bytes (m.size - 65536))
     h.flush ()

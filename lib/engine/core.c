@@ -200,6 +200,13 @@ rb_open (const struct rb_config *config)
     goto fail;
   if (rb->txns && rb->slotted && rbi_slots_journal_fit (rb) == -1)
     goto fail;
+  /* A zero's middle chunks cost the journal an extent, but its
+   * admission counts every chunk as data (txn.c): pieces of a quarter
+   * of the journal let a few go in before a commit point.
+   */
+  if (rb->txns)
+    rb->zero_piece_chunks = rb->slotted ? rb->write_max_chunks
+      : RB_MAX (rbi_txn_max_chunks (rb) / 4, 1);
 
   rb->mode = rb->cfg.mode;
   rb->flush_rate.bps = rb->cfg.flush_rate;

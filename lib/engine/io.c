@@ -1154,15 +1154,43 @@ rbi_try_pwrite (struct rb *rb, struct rb_data *data, uint32_t count,
   return true;
 }
 
+/* With journal=, a zero or trim goes into one transaction whole only
+ * up to rb->zero_piece_chunks chunks (what the journal, and with
+ * ram-size= the RAM beside the dirty data, takes at once: core.c); a
+ * longer one (mkfs and fstrim discard the whole device, and NBD lets
+ * a request without payload exceed the maximum block size) goes in
+ * pieces of whole chunks, each in one transaction, the FUA flag on
+ * the last one only (its sync covers the others).  NBD promises no
+ * atomicity for a request: a commit point between two pieces holds
+ * the device as it was in the middle of a zero that was not yet
+ * acknowledged, which a crash there may return, as a disk that lost
+ * power during the zero does.
+ */
+static int
+zero_pieces (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
+{
+  uint64_t end = offset + count, n = rb->zero_piece_chunks;
+  struct req r;
+
+  while (n && rbi_chunk_of (rb, end - 1) - rbi_chunk_of (rb, offset) >= n) {
+    uint64_t pend = rbi_chunk_offset (rb, rbi_chunk_of (rb, offset) + n);
+
+    req_init (rb, &r, OP_ZERO, NULL, NULL, pend - offset, offset,
+              flags & ~RB_FUA);
+    if (do_write (rb, &r) == -1)
+      return -1;
+    offset = pend;
+  }
+  req_init (rb, &r, OP_ZERO, NULL, NULL, end - offset, offset, flags);
+  return do_write (rb, &r);
+}
+
 int
 rb_zero (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 {
-  struct req r;
-
   if (count == 0)
     return 0;
-  req_init (rb, &r, OP_ZERO, NULL, NULL, count, offset, flags);
-  return do_write (rb, &r);
+  return zero_pieces (rb, count, offset, flags);
 }
 
 /* Trimmed data reads back as zeroes, which NBD allows, and the store
@@ -1171,18 +1199,6 @@ rb_zero (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 int
 rb_trim (struct rb *rb, uint32_t count, uint64_t offset, unsigned flags)
 {
-  /* journal= with ram-size=: a trim longer than the largest request
-   * (rb->write_max; a zero that long is refused) goes in pieces of that
-   * size, each whole in one transaction.  NBD leaves a trimmed range's
-   * content unspecified until it is written again, so the device at a
-   * commit point between two pieces is still an answer to every read.
-   */
-  while (rb->write_max && count > rb->write_max) {
-    if (rb_zero (rb, rb->write_max, offset, flags) == -1)
-      return -1;
-    offset += rb->write_max;
-    count -= rb->write_max;
-  }
   return rb_zero (rb, count, offset, flags);
 }
 

@@ -693,10 +693,12 @@ do_op (int c)
   int r;
 
   pick_range (&u0, &nu);
-  /* journal= with ram-size=: a write or zero longer than the largest
-   * request is refused (it would not fit in RAM whole).
+  /* journal= with ram-size=: a write longer than the largest request
+   * is refused (it would not fit in RAM whole); a longer zero or trim
+   * goes in pieces.
    */
-  if (rb_get_max_request (rb) != 0 && nu > rb_get_max_request (rb) / SIM_UNIT)
+  if (op >= 35 && op < 65 && rb_get_max_request (rb) != 0 &&
+      nu > rb_get_max_request (rb) / SIM_UNIT)
     nu = rb_get_max_request (rb) / SIM_UNIT;
   off = (uint64_t) u0 * SIM_UNIT;
   len = (uint64_t) nu * SIM_UNIT;
