@@ -236,6 +236,8 @@ struct rb {
   uint64_t written_through;     /* client writes written through */
   uint64_t store_errors, sync_errors, syncs, throttled;
   uint64_t held_back;           /* [atomic] flush.c, "Cold first" */
+  uint64_t rewrites_passed;     /* [atomic] writes that passed the dirty
+                                   limit as rewrites (rbi_throttle) */
   struct rb_bw flush_bw, populate_bw;
   int last_errno;               /* [lock] */
   char last_error[256];         /* [lock] */

@@ -498,8 +498,10 @@ rbi_throttle (struct rb *rb, uint64_t offset, uint64_t count)
    * sectors, rewritten far more often than it dirties new ones, do not
    * wait for write back.
    */
-  if (all_dirty (rb, offset, count))
+  if (all_dirty (rb, offset, count)) {
+    rb_atomic_add (&rb->rewrites_passed, 1);
     return;
+  }
   rb_atomic_add (&rb->throttled, 1);
   if (rb->jops)                 /* the dirty data drains by commits */
     rb->jops->hurry (rb);

@@ -237,6 +237,7 @@ static uint64_t limit_owed;     /* chunks of the requests that may have
                                    passed the throttle since T */
 static uint32_t limit_counted[SIM_MAX_CLIENTS]; /* in limit_owed */
 static bool limit_fua[SIM_MAX_CLIENTS]; /* a FUA request, fsync=wait */
+static uint64_t limit_rewrites; /* rb->rewrites_passed, last seen */
 static bool stop_clients;
 static rb_thread client_threads[SIM_MAX_CLIENTS];
 
@@ -484,13 +485,18 @@ limit_track (void)
   }
   /* Writethrough (the mode is read once per request) and FUA writes
    * with fsync=wait do not wait for the throttle: they count whatever D
-   * is.  They add their bytes as unsynced.
+   * is.  They add their bytes as unsynced.  Nor does a rewrite of
+   * sectors all dirty (io.c, all_dirty), which adds to D if write back
+   * takes them before it marks them: seen by the engine's count of
+   * them, which rises before the request goes on.
    */
   if (limit_armed && (limit_d () < sim->cfg.dirty_max ||
-                      idle_rb->mode == RB_MODE_WRITETHROUGH))
+                      idle_rb->mode == RB_MODE_WRITETHROUGH ||
+                      idle_rb->rewrites_passed != limit_rewrites))
     limit_owe (false, false);
   else if (limit_armed)
     limit_owe (false, true);
+  limit_rewrites = idle_rb->rewrites_passed;
 }
 
 /* At rest. */
