@@ -321,7 +321,7 @@ boot () {
     -nodefaults -display none -no-reboot -pidfile "$qpidfile" \
     -serial "file:$T/$1.serial" \
     -kernel "$CACHE/vmlinuz" -initrd "$T/initrd" \
-    -append "console=ttyS0 rdinit=/init panic=-1 oops=panic panic_on_warn=1 loglevel=4 ramback.step=$2 ${3:-}" \
+    -append "console=ttyS0 rdinit=/init panic=-1 no_timer_check oops=panic panic_on_warn=1 loglevel=4 ramback.step=$2 ${3:-}" \
     -drive "file=$T/back.img,format=raw,if=virtio,cache=writeback" \
     -drive "file=$T/pattern.img,format=raw,if=virtio,readonly=on" \
     -drive "file=$T/scratch.img,format=raw,if=virtio,cache=writeback" \

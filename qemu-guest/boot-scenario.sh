@@ -78,7 +78,7 @@ boot () {   # boot STEP
     -device scsi-hd,drive=rback,bus=scsi.0,scsi-id=$id_back,lun=0,serial=rback,wwn=$wwn \
     -drive "file=$T/rt.tar,if=none,id=rtest,format=raw,readonly=on" \
     -device virtio-blk-pci,drive=rtest,serial=rtest \
-    -append "console=ttyS1 root=LABEL=root rw panic=-1 $console_opts ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"
+    -append "console=ttyS1 root=LABEL=root rw panic=-1 no_timer_check $console_opts ramback.step=$step${RAMBACK_BOOT_BROKEN:+ ramback.broken=$RAMBACK_BOOT_BROKEN}"
   say "guest $step ($GUEST_ACCEL${RAMBACK_BOOT_BROKEN:+, broken: $RAMBACK_BOOT_BROKEN})"
   g_wait_guest "$step"
   grep -a -E '^(installed|README|broken|mounted at boot|files present|order at|status|busy|e2fsck after)' "$T/$step.serial" |
