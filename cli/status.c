@@ -482,6 +482,10 @@ status_format_human (GString *out, const struct status *st,
                             status_u64 (st, "journal_commits"),
                             status_u64 (st, "journal_applied"),
                             status_u64 (st, "journal_replayed"));
+    KEY ("deferred");
+    format_size (out, status_u64 (st, "journal_deferred_bytes"));
+    g_string_append (out, " left to newer transactions, not written in "
+                     "place\n");
     KEY ("last commit");
     if (age < 0)
       g_string_append (out, "none yet");
@@ -625,6 +629,9 @@ static const struct metric {
     "Transactions committed in the journal." },
   { "journal_applied", "ramback_journal_applied_total", "counter",
     "Committed transactions written in place and retired." },
+  { "journal_deferred_bytes", "ramback_journal_deferred_bytes_total",
+    "counter", "Bytes the applier did not write in place because a newer "
+    "transaction it left in the journal holds them." },
   { "journal_replayed", "ramback_journal_replayed", "gauge",
     "Transactions replayed from the journal at start." },
   { "commit_lag", "ramback_commit_lag_seconds", "gauge",

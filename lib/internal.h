@@ -555,8 +555,11 @@ struct rb_journal_ops {
    * is in progress).
    */
   int (*sync) (struct rb *rb);
-  /* Writers wait for space: a commit point and the in-place writes now. */
-  void (*hurry) (struct rb *rb);
+  /* Writers wait for space: a commit point and the in-place writes now;
+   * with 'all' (they wait for RAM, ram-size=), every sector in place,
+   * none left to a newer transaction (txn.c, "Deferred sectors").
+   */
+  void (*hurry) (struct rb *rb, bool all);
   /* Wait until everything written so far is in place on the backing
    * store and synced there (a writethrough write, rb_sync), up to
    * 'deadline' (rb_deadline_ms); 'what' names the caller in errors.

@@ -343,6 +343,9 @@ struct rb_stats {
   uint64_t journal_commits;   /* transactions committed */
   uint64_t journal_applied;   /* of them, written in place and retired */
   uint64_t journal_data_bytes;  /* data bytes they hold */
+  uint64_t journal_deferred_bytes;  /* bytes a pass did not write in place
+                                       because a newer transaction it left
+                                       in the journal holds them */
   uint64_t journal_replayed;  /* transactions replayed at start */
   double commit_interval;     /* seconds */
   double last_commit_age;     /* seconds since the last commit, -1: none */

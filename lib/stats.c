@@ -213,6 +213,7 @@ rbi_stats_fields (const struct rb_stats *st, struct rb_status_out *o)
     { "journal_commits", K_U64, .u = st->journal_commits },
     { "journal_applied", K_U64, .u = st->journal_applied },
     { "journal_data_bytes", K_U64, .u = st->journal_data_bytes },
+    { "journal_deferred_bytes", K_U64, .u = st->journal_deferred_bytes },
     { "journal_replayed", K_U64, .u = st->journal_replayed },
     { "commit_interval", K_DBL, .d = st->commit_interval },
     { "last_commit_age", K_DBL, .d = st->last_commit_age },

@@ -3364,6 +3364,232 @@ test_journal_held_shrinks (void)
   fx_finish_jts (&f, "a chunk's held sectors shrink with its holders");
 }
 
+/* --- deferred sectors: a pass leaves the newest transactions queued --- */
+
+/* What the backing store and the journal give after a crash now: both
+ * durable images replayed (rbj_open) into fresh stores; must equal the
+ * model (the device at the newest commit point).
+ */
+static void
+check_replay (struct fx *f, const char *what)
+{
+  g_autofree uint8_t *jimg = g_malloc (MiB), *bimg = g_malloc (SIZE);
+  struct tstore *j2, *b2;
+  struct rb_journal *j;
+  struct rbj_replay rp;
+  size_t i;
+
+  ts_read_durable (journal_ts, jimg, MiB, 0);
+  ts_read_durable (f->ts, bimg, SIZE, 0);
+  j2 = ts_new (MiB, jimg);
+  b2 = ts_new (SIZE, bimg);
+  j = rbj_open (ts_store (j2), "crash", ts_store (b2), &rp);
+  if (j == NULL)
+    g_error ("%s: replay: %s", what, rb_get_error ());
+  g_assert_cmpint (rbj_close (j, false), ==, 0);
+  ts_read_durable (b2, bimg, SIZE, 0);
+  for (i = 0; i < SIZE; i++)
+    if (bimg[i] != f->model[i])
+      g_error ("%s: after a crash now, the backing store plus the journal "
+               "replay to something else than the newest commit point: "
+               "byte %zu (chunk %zu) is %02x, want %02x (%" PRIu64
+               " transactions replayed)", what, i, i / CHUNK, bimg[i],
+               f->model[i], rp.txns);
+  rb_store_close (ts_store (j2));
+  ts_free (j2);
+  rb_store_close (ts_store (b2));
+  ts_free (b2);
+}
+
+/* journal=, fsync=wait: the applier's pass over transaction Z (chunk
+ * 20) is held.  Meanwhile A (chunks 2 and 5) and then B (chunk 2
+ * again) are committed: the next pass finds both queued.  It may put
+ * A in place and leave B queued, but then not write chunk 2 (B holds
+ * its newer version, and replay writes B after the tail): A is retired
+ * without it, and chunk 2 crosses to the store once, from B, in a
+ * later pass.  The test holds that write and checks: A retired
+ * (journal_applied 2), chunk 5 on the store, chunk 2 not yet, 4 KiB
+ * deferred, chunk 2 alone held by B (the held check exact), and a
+ * crash now replays to the newest commit point.  (Every pass took the
+ * whole queue, and an fsync-heavy load's hot sectors crossed a slow
+ * link once per pass.)
+ *
+ * With 'full' A is large (544 KiB, over half of the 1 MiB journal):
+ * the pass must keep nothing back and write chunk 2 with A.
+ */
+static void
+journal_defer (bool full)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match mz = { .ops = TS_WRITE, .offset = 20 * CHUNK,
+                         .count = CHUNK, .tag = "" };
+  struct ts_match ms = { .ops = TS_WRITE, .offset = 2 * CHUNK,
+                         .count = CHUNK, .tag = "" };
+  g_autofree uint8_t *z = NULL, *s1 = NULL, *t1 = NULL, *s2 = NULL;
+  g_autofree uint8_t *old_s = g_malloc (CHUNK), *big = NULL;
+  const char *what = full ? "a pass over a journal half full"
+    : "a pass leaving a newer transaction queued";
+  struct ts_gate *gz, *gs;
+  struct rb_stats st;
+  struct fx f;
+
+  fx_open_jts (&f, full ? 181 : 179, &c, full ? "jdeffull" : "jdefer");
+  memcpy (old_s, f.model + 2 * CHUNK, CHUNK);
+  gz = ts_gate_arm (f.ts, &mz, 0);
+  z = fx_random (&f, CHUNK);
+  fx_write (&f, z, CHUNK, 20 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* Z */
+  ts_gate_wait (gz);
+  s1 = fx_random (&f, CHUNK);
+  t1 = fx_random (&f, CHUNK);
+  fx_write (&f, s1, CHUNK, 2 * CHUNK, 0);
+  fx_write (&f, t1, CHUNK, 5 * CHUNK, 0);
+  if (full) {
+    big = fx_random (&f, 136 * CHUNK);
+    fx_write (&f, big, 136 * CHUNK, 100 * CHUNK, 0);
+  }
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* A */
+  s2 = fx_random (&f, CHUNK);
+  fx_write (&f, s2, CHUNK, 2 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* B */
+  gs = ts_gate_arm (f.ts, &ms, 0);
+  ts_gate_open (gz);
+  ts_gate_wait (gs);            /* chunk 2's one write in place, held */
+  rb_get_stats (f.rb, &st);
+  if (full) {
+    if (st.journal_applied != 1 || st.journal_deferred_bytes != 0)
+      g_error ("journal: %s left B queued: chunk 2 written after A was "
+               "retired (journal_applied %" PRIu64 ", want 1: Z only), "
+               "journal_deferred_bytes %" PRIu64 " (want 0)", what,
+               st.journal_applied, st.journal_deferred_bytes);
+  }
+  else {
+    if (st.journal_applied != 2 || st.journal_deferred_bytes != CHUNK)
+      g_error ("journal: the pass that put A in place wrote chunk 2, which "
+               "the newer transaction B, left queued, holds: when chunk "
+               "2's write reached the store journal_applied was %" PRIu64
+               " (want 2: Z and A retired) and journal_deferred_bytes %"
+               PRIu64 " (want %d)", st.journal_applied,
+               st.journal_deferred_bytes, CHUNK);
+    if (!ts_durable_has (f.ts, t1, CHUNK, 5 * CHUNK) ||
+        !ts_durable_has (f.ts, old_s, CHUNK, 2 * CHUNK))
+      g_error ("journal: %s: A is retired, so chunk 5 must be on the store "
+               "(%s) and chunk 2 not yet (%s)", what,
+               ts_durable_has (f.ts, t1, CHUNK, 5 * CHUNK) ? "yes" : "no",
+               ts_durable_has (f.ts, old_s, CHUNK, 2 * CHUNK)
+               ? "old" : "changed");
+    if (st.inflight_chunks != 1 || st.inflight_bytes != CHUNK)
+      g_error ("journal: %s: chunk 2 alone is held (by B): inflight_chunks "
+               "%" PRIu64 " (want 1), inflight_bytes %" PRIu64 " (want %d)",
+               what, st.inflight_chunks, st.inflight_bytes, CHUNK);
+    if (rbi_txn_check_held (f.rb) == -1)
+      g_error ("journal: %s: %s", what, rb_get_error ());
+  }
+  check_replay (&f, what);
+  ts_gate_open (gs);
+  fx_finish_jts (&f, what);
+}
+
+static void
+test_journal_defer (void)
+{
+  journal_defer (false);
+}
+
+static void
+test_journal_defer_full (void)
+{
+  journal_defer (true);
+}
+
+static uint64_t
+journal_commits (struct rb *rb)
+{
+  struct rb_stats st;
+
+  rb_get_stats (rb, &st);
+  return st.journal_commits;
+}
+
+/* journal=: a sync (rb_sync: the store alone holds everything written
+ * before it) whose transaction A (chunks 2 and 5) is committed after
+ * the sync began, while the applier's pass over Z is held; a pass over
+ * Y, taken once the sync asked for haste, is held too, until B
+ * (chunk 2 again) is committed: the next pass finds A and B queued
+ * and nobody asking for haste any more.  If it leaves B queued, chunk
+ * 2 is not on the store when A is retired: the sync must not return
+ * then.  When it returns, chunks 5 and 2 (A's or B's version) are on
+ * the store.
+ */
+static void
+test_journal_defer_sync (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .populate = true,
+                         .fsync_wait = true,
+                         .commit_interval_ms = RB_MAX_COMMIT_INTERVAL_MS,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match mz = { .ops = TS_WRITE, .offset = 20 * CHUNK,
+                         .count = CHUNK, .tag = "" };
+  struct ts_match my = { .ops = TS_WRITE, .offset = 21 * CHUNK,
+                         .count = CHUNK, .tag = "" };
+  struct ts_match ms = { .ops = TS_WRITE, .offset = 2 * CHUNK,
+                         .count = CHUNK, .tag = "" };
+  struct ts_match mj = { .ops = TS_WRITE, .tag = NULL };
+  g_autofree uint8_t *z = NULL, *y = NULL, *s1 = NULL, *t1 = NULL;
+  g_autofree uint8_t *s2 = NULL;
+  struct ts_gate *gz, *gy, *gs, *gj;
+  struct job w;
+  struct fx f;
+
+  fx_open_jts (&f, 191, &c, "jdefsync");
+  gz = ts_gate_arm (f.ts, &mz, 0);
+  z = fx_random (&f, CHUNK);
+  fx_write (&f, z, CHUNK, 20 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* Z */
+  ts_gate_wait (gz);
+  y = fx_random (&f, CHUNK);
+  fx_write (&f, y, CHUNK, 21 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* Y */
+  s1 = fx_random (&f, CHUNK);
+  t1 = fx_random (&f, CHUNK);
+  fx_write (&f, s1, CHUNK, 2 * CHUNK, 0);
+  fx_write (&f, t1, CHUNK, 5 * CHUNK, 0);
+  gj = ts_gate_arm (journal_ts, &mj, 0);
+  w = (struct job) { .f = &f, .tag = "sync", .op = J_SYNC, .buf = t1,
+                     .len = CHUNK, .off = 5 * CHUNK };
+  job_start (&w);
+  ts_gate_wait (gj);            /* A's append, held */
+  gy = ts_gate_arm (f.ts, &my, 0);
+  ts_gate_open (gz);
+  ts_gate_wait (gy);            /* the pass over Y, held */
+  ts_gate_open (gj);
+  TS_WAIT (journal_commits (f.rb) >= 3, "A to be committed");
+  s2 = fx_random (&f, CHUNK);
+  fx_write (&f, s2, CHUNK, 2 * CHUNK, 0);
+  g_assert_cmpint (rb_flush (f.rb), ==, 0);     /* B */
+  gs = ts_gate_arm (f.ts, &ms, 0);
+  ts_gate_open (gy);
+  TS_WAIT (rb_atomic_load (&w.done) || ts_gate_held (gs),
+           "the sync to return, or chunk 2's write in place to be held");
+  if (rb_atomic_load (&w.done) &&
+      !ts_durable_has (f.ts, s1, CHUNK, 2 * CHUNK) &&
+      !ts_durable_has (f.ts, s2, CHUNK, 2 * CHUNK))
+    g_error ("journal: a sync returned (%d) with chunk 2, written before "
+             "it, not on the backing store: a pass put A in place without "
+             "it (left to B) and answered the sync", w.r);
+  ts_gate_open (gs);
+  job_join (&w);
+  g_assert_cmpint (w.r, ==, 0);
+  g_assert_true (w.durable);
+  if (!ts_durable_has (f.ts, s1, CHUNK, 2 * CHUNK) &&
+      !ts_durable_has (f.ts, s2, CHUNK, 2 * CHUNK))
+    g_error ("journal: a sync returned with chunk 2 not on the store");
+  fx_finish_jts (&f, "a sync over a pass that may defer");
+}
+
 /* --- cold first: write back under pressure holds rewritten sectors ---- */
 
 /* Also linked with --wrap=rbi_slots_trim, which the flusher calls at the
@@ -3743,6 +3969,11 @@ main (int argc, char *argv[])
                    test_journal_whole_write);
   g_test_add_func ("/interleave/journal-held-shrinks",
                    test_journal_held_shrinks);
+  g_test_add_func ("/interleave/journal-defer", test_journal_defer);
+  g_test_add_func ("/interleave/journal-defer-full",
+                   test_journal_defer_full);
+  g_test_add_func ("/interleave/journal-defer-sync",
+                   test_journal_defer_sync);
   g_test_add_func ("/interleave/cold-first", test_cold_first);
   g_test_add_func ("/interleave/cold-first-sync", test_cold_first_sync);
   g_test_add_func ("/interleave/cold-first-expire", test_cold_first_expire);

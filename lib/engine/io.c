@@ -504,7 +504,7 @@ rbi_throttle (struct rb *rb, uint64_t offset, uint64_t count)
   }
   rb_atomic_add (&rb->throttled, 1);
   if (rb->jops)                 /* the dirty data drains by commits */
-    rb->jops->hurry (rb);
+    rb->jops->hurry (rb, false);
   else
     rbi_flusher_hurry (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

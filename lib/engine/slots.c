@@ -434,8 +434,8 @@ rbi_slots_reserve (struct rb *rb, uint64_t n)
     }
     /* Every resident chunk is dirty or not synced yet: write back. */
     rb_atomic_add (&rb->slot_waits, 1);
-    if (rb->jops)               /* a commit point, and in place now */
-      rb->jops->hurry (rb);
+    if (rb->jops)               /* a commit point, and all in place now */
+      rb->jops->hurry (rb, true);
     else
       rbi_flusher_hurry (rb);
     {

@@ -82,9 +82,10 @@
  * space or for the in-place writes, so that an fsync-heavy load costs
  * the backing store a few passes and syncs a second, not one per
  * FLUSH.  When the backing store lags, the applier takes every committed
- * transaction queued at once and writes each sector only in its newest
- * version ('seen' is per sector: two transactions may hold different
- * sectors of one chunk): replay after a crash in the middle writes the
+ * transaction queued at once (or its older part: "Deferred sectors")
+ * and writes each sector only in its newest version ('seen' is per
+ * sector: two transactions may hold different sectors of one chunk):
+ * replay after a crash in the middle writes the
  * older ones and then the newer ones again, so the merge is invisible.
  * Those writes come from the transactions' buffers, never from RAM (RAM
  * may already hold N+1), so the memory this costs is bounded by the
@@ -94,6 +95,50 @@
  * the pass, and are released (see "Held chunks") at once, not seconds
  * later with the pass's last request; the transactions are retired
  * when the whole pass is in place and synced, as before.
+ *
+ * Deferred sectors.  Under an fsync-heavy skewed load every FLUSH
+ * makes a transaction of the sectors written since the last, and the
+ * hottest are in nearly all of them: merged per pass, they still
+ * crossed a slow link to the store once a pass.  So a pass may put in
+ * place only the older part of the queue, and leave the newest
+ * transactions queued (take_older_locked): of the older ones it writes
+ * no sector that a kept one holds (plan), and retires them all.  The
+ * store plus the journal still replay to the newest commit point:
+ * replay starts at the tail, the first kept transaction, and the
+ * newest version of every skipped sector is in a kept one, which
+ * replay writes after anything older (a durable tail further back
+ * only replays the older ones first, as before).  A hot sector then
+ * waits in the local journal, cheap and durable, and crosses the link
+ * once it is no longer rewritten within a pass.  Bounds and rules:
+ *   - kept: the newest transactions that no pass kept before (each
+ *     waits for one pass at most), holding data, at most
+ *     1/DEFER_SHARE of the queue's journal bytes, never the whole
+ *     queue; and only while the journal is under 1/DEFER_USED full,
+ *     so deferred work never holds more than 1/(DEFER_SHARE *
+ *     DEFER_USED) of it, and a fuller journal gets a whole pass;
+ *   - no deferral while anybody waits for the store, for journal space
+ *     or for RAM (apply_all: writethrough writes and rb_sync in
+ *     txn_wait_applied, writers waiting for journal space, ram-size=
+ *     waiting for a slot, the committer without room), in
+ *     writethrough mode (so with a UPS on battery), or at a stop and
+ *     its drain (committer_done, stopping): they get everything in
+ *     place.  Writers at the dirty limit only hurry (apply_now: no
+ *     delay): what they wait for, held sectors released, comes
+ *     sooner from shorter passes, and a kept sector is held (once)
+ *     by its kept transaction whether or not an older one writes it;
+ *   - a pass that skipped a sector does not advance applied_target:
+ *     the store alone does not hold its transactions' content, which
+ *     is what a writethrough write or rb_sync waits for.  A waiter
+ *     that finds such a pass asks for haste again (txn_wait_applied),
+ *     and the next pass keeps nothing back;
+ *   - a skipped sector's chunk stays held (a kept transaction holds
+ *     it): its live count stays above zero (no eviction, txn_holds),
+ *     and release_chunks recomputes its held bits from the holders,
+ *     the kept ones among them, so held, inflight_bytes and the live
+ *     counts stay exact (rbi_txn_check_held);
+ *   - the kept ones wait a delay more (queued_since is reset), so
+ *     that newer commits join them before the next pass.
+ * journal_deferred_bytes counts the bytes skipped.
  *
  * No early commit point.  A commit point made when the dirty data
  * would fill part of the journal (a quarter, then a half, were tried)
@@ -195,8 +240,10 @@
  *   sector bits (chunkmap.h)  taken (cleared) only under the gate held
  *              exclusively (take_chunks); writers set them under the
  *              gate held shared, before they move their chunks.
- *   queue, commit_now, committing, applied_target, apply_failed
- *              [rb->lock]
+ *   queue, commit_now, committing, applied_target, apply_failed, a
+ *              transaction's 'kept'  [rb->lock]; the applier reads the
+ *              kept ones' runs without it (fixed), and their links only
+ *              up to the last kept one (committed() sets that one's)
  *   retry      [committing] only the thread that set 'committing'
  *   dirty_since  written under rb->lock with atomic stores; read
  *              atomically without it (the write path's fast check)
@@ -235,6 +282,8 @@
 #define CAPTURE_BATCH_BYTES (UINT64_C (1) << 20)
 #define APPLY_BATCH 64
 #define APPLY_DELAY_NS (50 * UINT64_C (1000000))
+#define DEFER_USED 2            /* defer below 1/DEFER_USED of the journal */
+#define DEFER_SHARE 2           /* keep at most 1/DEFER_SHARE of the queue */
 #define SPARE_MIN (UINT64_C (1) << 20)
 
 /* An extent of a transaction: bytes of the device, in offset order. */
@@ -268,6 +317,8 @@ struct txn {
                                    NULL: not in it) */
   uint64_t held_from;           /* [held_lock] its chunks below this one
                                    are released (in place, synced) */
+  bool kept;                    /* [rb->lock] a pass left it queued once
+                                   ("Deferred sectors"): never again */
 };
 
 struct rb_txns {
@@ -298,6 +349,8 @@ struct rb_txns {
                                    'committing' to clear */
   bool apply_now;               /* [rb->lock] somebody waits for space
                                    or for the backing store: no delay */
+  bool apply_all;               /* [rb->lock] and needs everything in
+                                   place ("Deferred sectors") */
   uint64_t queued_since;        /* [rb->lock] when the queue last
                                    became non-empty */
   bool committer_done;          /* [rb->lock] */
@@ -314,6 +367,8 @@ struct rb_txns {
   uint64_t reserved, jused;     /* [atomic] */
   uint64_t admit_waiters;       /* [atomic] */
   uint64_t commits, applied;    /* [atomic] */
+  uint64_t deferred_bytes;      /* [atomic] skipped by a pass: a newer
+                                   transaction it left queued holds them */
   uint64_t data_bytes;          /* [atomic] data appended, committed */
   uint64_t last_commit_ns;      /* [atomic] monotonic */
   uint64_t last_commit_wall;    /* [atomic] ns since the epoch */
@@ -689,22 +744,27 @@ pending_est (struct rb *rb)
     rb_atomic_load (&t->reserved);
 }
 
-/* Writers wait for space: commit now, and put in place now. */
+/* Writers wait: commit now, and put in place now; with 'all' (they
+ * wait for the store, for journal space or for RAM), everything,
+ * nothing left to newer transactions ("Deferred sectors").
+ */
 static void
-hurry_locked (struct rb *rb)
+hurry_locked (struct rb *rb, bool all)
 {
   struct rb_txns *t = rb->txns;
 
   t->commit_now = t->apply_now = true;
+  if (all)
+    t->apply_all = true;
   rb_cond_signal (&rb->flusher_cond);
   rb_cond_signal (&t->applier_cond);
 }
 
 static void
-txn_hurry (struct rb *rb)
+txn_hurry (struct rb *rb, bool all)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  hurry_locked (rb);
+  hurry_locked (rb, all);
 }
 
 /* Copy the data of x that lies in chunk c from RAM into x's buffer
@@ -755,7 +815,7 @@ txn_write_begin (struct rb *rb, uint64_t c0, uint64_t c1,
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
       while (!rb->stopping &&
              pending_est (rb) + est + RBJ_TXN_FIXED > t->capacity) {
-        hurry_locked (rb);
+        hurry_locked (rb, true);
         rb_cond_wait (&rb->space_cond, &rb->lock);
       }
     }
@@ -821,9 +881,17 @@ txn_wait_applied (struct rb *rb, uint64_t deadline, const char *what)
     return -1;
   }
   ticket = ++rb->sync_requested;
-  hurry_locked (rb);
+  hurry_locked (rb, true);
   while (t->applied_target < ticket && rb->sync_failed < ticket &&
          t->apply_failed < ticket) {
+    /* A pass that took its list before this wait began may leave
+     * sectors to newer transactions and answer nothing: the next one
+     * then keeps nothing back.
+     */
+    if (!t->apply_all) {
+      t->apply_now = t->apply_all = true;
+      rb_cond_signal (&t->applier_cond);
+    }
     if (!rb_cond_wait_until (&rb->sync_cond, &rb->lock, deadline)) {
       rb_set_error (ETIMEDOUT, "%s: not in place on the backing store "
                     "yet (write back continues)", what);
@@ -1405,12 +1473,13 @@ commit_one (struct rb *rb, uint64_t target)
     rb_atomic_store (&t->dirty_since, 0);
     /* Nothing new: what the tickets cover is committed already.  A
      * writethrough waiter also needs it applied: an empty transaction
-     * tells the applier, in order.
+     * tells the applier, in order.  No haste for it: a waiter asks for
+     * that itself (txn_wait_applied), and a FLUSH with nothing new
+     * needs none.
      */
     if (target > t->applied_target) {
       if (t->q_head == NULL)
         t->queued_since = rb_now_ns ();
-      t->apply_now = true;      /* a writethrough waiter */
       *t->q_tail = x;
       t->q_tail = &x->next;
       rb_cond_signal (&t->applier_cond);
@@ -1463,7 +1532,8 @@ commit_one (struct rb *rb, uint64_t target)
   return -1;
 }
 
-static void apply_list (struct rb *rb, struct txn *list);
+static void apply_list (struct rb *rb, struct txn *list,
+                        const struct txn *keep, size_t nkeep);
 static struct txn *take_queue_locked (struct rb_txns *t);
 
 static bool
@@ -1540,13 +1610,13 @@ committer_main (void *arg)
           break;
         }
         rb_mutex_unlock (&rb->lock);
-        apply_list (rb, list);
+        apply_list (rb, list, NULL, 0);
         rb_mutex_lock (&rb->lock);
         continue;
       }
       if (r == 1) {
         /* Wait for the applier to free journal space. */
-        t->apply_now = true;
+        t->apply_now = t->apply_all = true;
         rb_cond_signal (&t->applier_cond);
         rb_cond_wait_until (&rb->space_cond, &rb->lock,
                             rb_now_ns () + 100 * UINT64_C (1000000));
@@ -1618,7 +1688,7 @@ txn_sync (struct rb *rb)
        * applier to free some.
        */
       own = false;
-      hurry_locked (rb);
+      hurry_locked (rb, true);
     }
   }
   if (rb->sync_done >= ticket)
@@ -1639,21 +1709,52 @@ cmp_io (const void *a, const void *b)
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* Room for one more request in *io (of *cap). */
+static bool
+io_room (struct rb_io **io, size_t k, size_t *cap)
+{
+  if (k == *cap) {
+    struct rb_io *n2 = realloc (*io, *cap * 2 * sizeof **io);
+    if (n2 == NULL)
+      return false;
+    *io = n2;
+    *cap *= 2;
+  }
+  return true;
+}
+
+/* The sector units [u0, u1) of the run, as 'seen' numbers them. */
+static void
+run_units (const struct rb_txns *t, const struct txn_run *run,
+           uint64_t *u0, uint64_t *u1)
+{
+  *u0 = run->off >> t->unit_shift;
+  *u1 = (run->off + run->len - 1) / (UINT64_C (1) << t->unit_shift) + 1;
+}
+
 /* The I/O that puts the newest version of every sector of the list
- * (oldest first) in place.  Returns the number of requests in *ios.
+ * (oldest first) in place, but for the sectors that one of the nkeep
+ * transactions from 'keep' (newer, left queued: see "Deferred
+ * sectors") holds: *deferred counts their bytes.  Returns the number
+ * of requests in *ios.
  */
 static size_t
-plan (struct rb *rb, struct txn *list, struct rb_io **ios)
+plan (struct rb *rb, struct txn *list, const struct txn *keep, size_t nkeep,
+      struct rb_io **ios, uint64_t *deferred)
 {
   struct rb_txns *t = rb->txns;
   struct txn *v[256], *x;
   size_t nt = 0, k = 0, cap = 64, i, r;
   struct rb_io *io = malloc (cap * sizeof *io);
+  bool merge;
+  unsigned us = t->unit_shift;
 
+  *deferred = 0;
   if (io == NULL)
     return SIZE_MAX;
   for (x = list; x; x = x->next)
     nt++;
+  merge = nt > 1 || nkeep > 0;
   /* Newest first: a sector is written from the newest that has it
    * (per sector, not per chunk: two transactions may hold different
    * sectors of one chunk).
@@ -1670,31 +1771,25 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
       x = order[i];
       for (r = 0; r < x->nruns; r++) {
         struct txn_run *run = &x->runs[r];
-        unsigned us = t->unit_shift;
-        uint64_t u = run->off >> us;
-        uint64_t end = (run->off + run->len - 1) / (UINT64_C (1) << us) + 1;
+        uint64_t u, end;
 
+        run_units (t, run, &u, &end);
         while (u < end) {
           uint64_t s, from, to;
-          if (nt > 1 && bit_test (t->seen, u)) {
+          if (merge && bit_test (t->seen, u)) {
             u++;
             continue;
           }
-          for (s = u; u < end && !(nt > 1 && bit_test (t->seen, u)); u++)
-            if (nt > 1)
+          for (s = u; u < end && !(merge && bit_test (t->seen, u)); u++)
+            if (merge)
               bit_set (t->seen, u);
           from = RB_MAX (s << us, run->off);
           to = RB_MIN (u << us, run->off + run->len);
-          if (k == cap) {
-            struct rb_io *n2 = realloc (io, cap * 2 * sizeof *io);
-            if (n2 == NULL) {
-              free (io);
-              if (order != v)
-                free (order);
-              return SIZE_MAX;
-            }
-            io = n2;
-            cap *= 2;
+          if (!io_room (&io, k, &cap)) {
+            free (io);
+            if (order != v)
+              free (order);
+            return SIZE_MAX;
           }
           io[k++] = (struct rb_io) {
             .op = run->kind == CS_DIRTY ? RB_IO_WRITE : RB_IO_ZERO,
@@ -1709,13 +1804,76 @@ plan (struct rb *rb, struct txn *list, struct rb_io **ios)
     if (order != v)
       free (order);
   }
-  if (nt > 1)
-    for (i = 0; i < k; i++) {
-      uint64_t u0 = io[i].offset >> t->unit_shift;
-      uint64_t u1 = (io[i].offset + io[i].count - 1) >> t->unit_shift, u;
-      for (u = u0; u <= u1; u++)
-        bit_clear (t->seen, u);
+  /* 'seen' holds the list's sectors now.  Those a kept transaction
+   * holds leave it (counted once each: the first kept one to hold a
+   * sector clears it).
+   */
+  for (i = 0; i < nkeep; i++, keep = i < nkeep ? keep->next : NULL)
+    for (r = 0; r < keep->nruns; r++) {
+      const struct txn_run *run = &keep->runs[r];
+      uint64_t u, end, from, to;
+
+      run_units (t, run, &u, &end);
+      for (; u < end; u++)
+        if (bit_test (t->seen, u)) {
+          bit_clear (t->seen, u);
+          from = RB_MAX (u << us, run->off);
+          to = RB_MIN ((u + 1) << us, run->off + run->len);
+          *deferred += to - from;
+        }
     }
+  if (merge) {
+    /* Keep of each request the parts still in 'seen' (all of it when
+     * nothing was left out), and clear it.
+     */
+    struct rb_io *out = io;
+    size_t n = k, ocap = cap;
+
+    if (*deferred && (out = malloc (ocap * sizeof *out)) == NULL) {
+      free (io);
+      return SIZE_MAX;
+    }
+    k = 0;
+    for (i = 0; i < n; i++) {
+      const struct rb_io q = io[i];
+      uint64_t u = q.offset >> us;
+      uint64_t end = (q.offset + q.count - 1) / (UINT64_C (1) << us) + 1;
+
+      if (out == io) {
+        for (; u < end; u++)
+          bit_clear (t->seen, u);
+        out[k++] = q;
+        continue;
+      }
+      while (u < end) {
+        uint64_t s, from, to;
+
+        if (!bit_test (t->seen, u)) {
+          u++;
+          continue;
+        }
+        for (s = u; u < end && bit_test (t->seen, u); u++)
+          bit_clear (t->seen, u);
+        from = RB_MAX (s << us, q.offset);
+        to = RB_MIN (u << us, q.offset + q.count);
+        if (!io_room (&out, k, &ocap)) {
+          free (out);
+          free (io);
+          return SIZE_MAX;
+        }
+        out[k++] = (struct rb_io) {
+          .op = q.op,
+          .buf = q.buf ? (uint8_t *) q.buf + (from - q.offset) : NULL,
+          .count = to - from,
+          .offset = from,
+        };
+      }
+    }
+    if (out != io) {
+      free (io);
+      io = out;
+    }
+  }
   qsort (io, k, sizeof *io, cmp_io);
   *ios = io;
   return k;
@@ -1862,11 +2020,12 @@ apply_sync (struct rb *rb)
  * are released.
  */
 static int
-apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed,
-       uint64_t *released)
+apply (struct rb *rb, struct txn *list, const struct txn *keep, size_t nkeep,
+       uint64_t *bytes, uint64_t *zeroed, uint64_t *released,
+       uint64_t *deferred)
 {
   CLEANUP_FREE struct rb_io *io = NULL;
-  size_t k = plan (rb, list, &io), i, n, e;
+  size_t k = plan (rb, list, keep, nkeep, &io, deferred), i, n, e;
   uint64_t seg = rb_atomic_load (&rb->dirty_limit) / 8, segb = 0;
 
   if (k == SIZE_MAX) {
@@ -1918,15 +2077,19 @@ apply (struct rb *rb, struct txn *list, uint64_t *bytes, uint64_t *zeroed,
 }
 
 /* Write a list of committed transactions in place, sync, retire them.
- * Retries (with backoff) until the backing store takes it.
+ * Retries (with backoff) until the backing store takes it.  The nkeep
+ * transactions from 'keep' are newer ones left queued (see "Deferred
+ * sectors"): the sectors they hold are not written.
  */
 static void
-apply_list (struct rb *rb, struct txn *list)
+apply_list (struct rb *rb, struct txn *list, const struct txn *keep,
+            size_t nkeep)
 {
   struct rb_txns *t = rb->txns;
   uint64_t backoff = BACKOFF_MIN_MS, bytes = 0, t0 = rb_now_ns (), target = 0;
   uint64_t zeroed = 0;          /* of bytes, zero requests */
   uint64_t released = 0;        /* the chunks below are released */
+  uint64_t deferred = 0;        /* bytes left to the kept ones */
   struct txn *x, *next;
 
   /* An old in-place write with an unknown outcome (a lost NBD
@@ -1940,7 +2103,8 @@ apply_list (struct rb *rb, struct txn *list)
     uint64_t until;
     int err = 0;
 
-    if (apply (rb, list, &bytes, &zeroed, &released) == -1)
+    if (apply (rb, list, keep, nkeep, &bytes, &zeroed, &released,
+               &deferred) == -1)
       err = errno ? errno : EIO;
     else if (!rbj_settle (rb->store))
       break;
@@ -1965,8 +2129,10 @@ apply_list (struct rb *rb, struct txn *list)
     for (x = list; x; x = x->next)
       n++;
     rb_log ("journal: put %u transactions in place: %" PRIu64 " bytes in %"
-            PRIu64 " ms", n, bytes, (rb_now_ns () - t0) / 1000000);
+            PRIu64 " ms; %" PRIu64 " bytes left to %zu newer ones", n, bytes,
+            (rb_now_ns () - t0) / 1000000, deferred, nkeep);
   }
+  rb_atomic_add (&t->deferred_bytes, deferred);
   if (bytes) {
     rb_atomic_store (&rb->store_failing, false);
     rbi_bw_sample (&rb->flush_bw, bytes, rb_now_ns () - t0);
@@ -1991,7 +2157,11 @@ apply_list (struct rb *rb, struct txn *list)
   rbi_slots_notify (rb);
   rbi_slots_trim (rb);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
-  if (target > t->applied_target)
+  /* With sectors left to a kept transaction the store alone does not
+   * hold the list's content: its tickets are applied once the kept ones
+   * are (a waiter hurries the next pass, which keeps nothing).
+   */
+  if (deferred == 0 && target > t->applied_target)
     t->applied_target = target;
   rb_cond_broadcast (&rb->sync_cond);
   rb_cond_broadcast (&rb->space_cond);
@@ -2008,6 +2178,77 @@ take_queue_locked (struct rb_txns *t)
   return list;
 }
 
+/* Whether the next pass may leave the newest transactions queued (see
+ * "Deferred sectors"): nobody waits for the store or for space, no
+ * stop, no writethrough, and the journal under DEFER_USED full.
+ * rb->lock held.
+ */
+static bool
+may_defer_locked (struct rb *rb)
+{
+  struct rb_txns *t = rb->txns;
+
+  return !t->apply_all && !t->committer_done && !rb->stopping &&
+    rb_atomic_load (&rb->mode) != RB_MODE_WRITETHROUGH &&
+    rb_atomic_load (&t->jused) < t->capacity / DEFER_USED;
+}
+
+/* The older part of the queue, for a pass that leaves the newest
+ * transactions queued (*keep, *nkeep of them): the longest run of them
+ * at the queue's end that no pass left queued before and that holds
+ * data, at most 1/DEFER_SHARE of the queue's journal bytes; never the
+ * whole queue.  (An empty transaction, a FLUSH's with nothing new,
+ * holds nothing and may be left too.)  With 'defer' false, or nothing
+ * to leave, everything (*nkeep 0).  rb->lock held.
+ */
+static struct txn *
+take_older_locked (struct rb *rb, bool defer, struct txn **keep,
+                   size_t *nkeep)
+{
+  struct rb_txns *t = rb->txns;
+  struct txn *x, *cut = NULL, *last = NULL, *list = t->q_head;
+  uint64_t total = 0, after = 0;
+  size_t n = 0, i, k = 0;
+
+  *keep = NULL;
+  *nkeep = 0;
+  if (defer)
+    for (x = list; x; x = x->next) {
+      total += x->jlen;
+      n++;
+    }
+  if (n < 2)
+    return take_queue_locked (t);
+  /* The cut: the first of the kept ones.  'after' is the journal bytes
+   * from x on; x may start the kept run if every one from it is
+   * eligible and they hold at most the share.
+   */
+  after = total;
+  for (i = 0, x = list; x; i++, x = x->next) {
+    if (x->kept)
+      cut = NULL;
+    else if (cut == NULL && i > 0 && after > 0 &&
+             after <= total / DEFER_SHARE) {
+      cut = x;
+      k = n - i;
+    }
+    after -= x->jlen;
+  }
+  if (cut == NULL)
+    return take_queue_locked (t);
+  for (x = list; x != cut; x = x->next)
+    last = x;
+  last->next = NULL;
+  t->q_head = cut;
+  for (x = cut, i = 0; i < k; i++, x = x->next)
+    x->kept = true;
+  /* The kept ones wait a delay more for newer commits to join them. */
+  t->queued_since = rb_now_ns ();
+  *keep = cut;
+  *nkeep = k;
+  return list;
+}
+
 static void *
 applier_main (void *arg)
 {
@@ -2019,7 +2260,8 @@ applier_main (void *arg)
    */
   rbi_slots_trim (rb);
   for (;;) {
-    struct txn *list;
+    struct txn *list, *keep;
+    size_t nkeep;
 
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
@@ -2035,11 +2277,13 @@ applier_main (void *arg)
              rb_cond_wait_until (&t->applier_cond, &rb->lock,
                                  t->queued_since + APPLY_DELAY_NS))
         ;
-      t->apply_now = false;
-      /* Everything committed so far, merged (see the top). */
-      list = take_queue_locked (t);
+      /* Everything committed so far, merged, perhaps without the
+       * newest (see the top).
+       */
+      list = take_older_locked (rb, may_defer_locked (rb), &keep, &nkeep);
+      t->apply_now = t->apply_all = false;
     }
-    apply_list (rb, list);
+    apply_list (rb, list, keep, nkeep);
   }
   return NULL;
 }
@@ -2131,6 +2375,7 @@ rbi_txn_stats (struct rb *rb, struct rb_stats *st)
   st->journal_commits = rb_atomic_load (&t->commits);
   st->journal_applied = rb_atomic_load (&t->applied);
   st->journal_data_bytes = rb_atomic_load (&t->data_bytes);
+  st->journal_deferred_bytes = rb_atomic_load (&t->deferred_bytes);
   st->journal_replayed = t->replay.txns;
   st->commit_interval = t->interval_ns / 1e9;
   last = rb_atomic_load (&t->last_commit_ns);

@@ -103,6 +103,9 @@ struct sim_cfg {
   unsigned crash_permille;      /* chance per nemesis step of a crash */
   uint64_t ram_size;            /* ram-size=, 0: the whole device */
   bool crash_open;              /* crashes in a restart's recovery too */
+  bool calm;                    /* journal=: the nemesis seldom syncs or
+                                   switches modes, so that the applier's
+                                   passes may defer (txn.c) */
   bool verbose;
 };
 
@@ -139,6 +142,9 @@ struct sim_shared {
   uint64_t crashes, power_cuts, clean_stops, syncs_ok, reads_checked;
   uint64_t held_back;           /* rewritten sectors held back (clean
                                    stops' lifetimes only) */
+  uint64_t jdeferred;           /* journal=: bytes passes left to newer
+                                   transactions, every lifetime's */
+  uint64_t jdeferred_life;      /* the current lifetime's, as last seen */
 };
 
 extern struct sim_shared *sim;
