@@ -198,6 +198,11 @@ struct rb {
    *     write in flight across a failure is re-dirtied instead.  A sync
    *     succeeds for a caller only if fail_gen still has the value the
    *     caller read before its writes: no failure came in between.
+   *   - redirtying [lock]: failed syncs between their fail_gen bump and
+   *     the end of their re-dirtying (flush.c).  A sweep reads its
+   *     generation only when there are none: one that read the new
+   *     generation before the data it lost was dirty again would not
+   *     store that data, and its sync would answer the tickets for it.
    *   - A good sync retires NB bits (resume.c) under ranges it takes
    *     while holding sync_lock: nobody who holds a range ever waits for
    *     sync_lock (writethrough and the flusher sync after releasing
@@ -221,6 +226,7 @@ struct rb {
                                    journal=, the sectors its
                                    transactions hold (txn.c) */
   uint64_t fail_gen;            /* [lock] written, [atomic] read */
+  uint64_t redirtying;          /* [lock] (above) */
 
   /* Statistics [atomic]. */
   uint64_t loaded_bytes, stored_bytes, inflight_chunks;

@@ -274,6 +274,34 @@ __wrap_ramimage_copy_in (struct ramimage *ri, uint64_t off, const void *buf,
     _exit (0);
 }
 
+/* --- holding a re-dirtying before its first mark ----------------------- */
+
+/* Also linked with --wrap=chunkmap_mark: a thread that set hold_mark
+ * stops at its next call, before the sector bits are set (the first
+ * step of rbi_redirty: a failed sync putting back to dirty what it
+ * covered, with sync_lock held), until mark_go is set.
+ */
+extern void __real_chunkmap_mark (struct chunkmap *cm, uint64_t s,
+                                  uint64_t n);
+void __wrap_chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
+
+static __thread bool hold_mark;
+static bool mark_held, mark_go;         /* [atomic] */
+
+void
+__wrap_chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
+{
+  if (hold_mark) {
+    hold_mark = false;
+    rb_atomic_store (&mark_held, true);
+    TS_WAIT (rb_atomic_load (&mark_go),
+             "the test to let the held re-dirtying go on");
+    rb_atomic_store (&mark_held, false);
+    rb_atomic_store (&mark_go, false);
+  }
+  __real_chunkmap_mark (cm, s, n);
+}
+
 /* --- fixture --------------------------------------------------------- */
 
 struct fx {
@@ -421,6 +449,7 @@ struct job {
   uint64_t off;
   unsigned flags;
   bool hold_before;             /* J_ZERO: held before RAM, not after */
+  bool hold_redirty;            /* held at its first sector mark */
   int r;
   bool durable;                 /* the data was durable right after r == 0 */
   bool done;                    /* [atomic] the request returned */
@@ -433,6 +462,7 @@ job_main (gpointer arg)
   struct job *j = arg;
 
   ts_set_tag (j->tag);
+  hold_mark = j->hold_redirty;
   switch (j->op) {
   case J_WRITE:
     j->r = rb_pwrite (j->f->rb, j->buf, j->len, j->off, j->flags);
@@ -453,6 +483,7 @@ job_main (gpointer arg)
     hold_zero = hold_zero_before = false;
     break;
   }
+  hold_mark = false;
   if (j->r == 0 && (j->op == J_WRITE || j->op == J_SYNC))
     j->durable = ts_durable_has (j->f->ts, j->buf, j->len, j->off);
   rb_atomic_store (&j->done, true);
@@ -1676,6 +1707,89 @@ test_sync_error_inflight (void)
   memcpy (f.model + j2.off, w2, 3000);
   ts_set_tag (NULL);
   fx_finish (&f, "a write in flight across a failed sync");
+}
+
+/* Writethrough, fsync=wait.  W1 is written through: on the store, in
+ * its cache only, and acknowledged.  W2, a FUA write, syncs, and that
+ * sync fails: the store drops W1 and W2, the generation moves on, and
+ * the failed sync puts what it covered back to dirty, holding
+ * sync_lock; it is held just before it does.  Meanwhile the flusher,
+ * held in a write back from before, ends that sweep, and rb_sync's
+ * ticket (taken after W1 was acknowledged) starts the next: it reads
+ * the new generation and finds W1's chunk CLEAN, then waits for
+ * sync_lock to sync.  The re-dirtying goes on.  rb_sync may return 0
+ * only with W1 durable: a sweep that began before W1 was dirty again
+ * never stored it.
+ */
+static void
+test_sync_error_redirty (void)
+{
+  struct fx f;
+  struct ts_match m1 = { .ops = TS_WRITE, .offset = 20 * CHUNK + 100,
+                         .count = 3000, .tag = "" };
+  g_autofree uint8_t *w1 = NULL, *w2 = NULL;
+  struct ts_gate *gy, *g1;
+  struct job j2, s;
+  uint64_t ticket;
+
+  fx_open (&f, 89, true, true, true, 0);
+  ts_sync_until_ok (f.rb);              /* nothing owed, no ticket open */
+  gy = stall_flusher (&f, 3);           /* a sweep that answers nothing */
+  g_assert_cmpint (rb_set_mode (f.rb, RB_MODE_WRITETHROUGH), ==, 0);
+  w1 = fx_random (&f, 3000);
+  w2 = fx_random (&f, 3000);
+  fx_write (&f, w1, 3000, 20 * CHUNK + 100, 0);
+  g_assert_true (ts_pending_has (f.ts, w1, 3000, 20 * CHUNK + 100));
+
+  ts_fail_syncs (f.ts, 1);
+  rb_atomic_store (&mark_go, false);
+  j2 = (struct job) { .f = &f, .tag = "w2", .op = J_WRITE, .buf = w2,
+                      .len = 3000, .off = 60 * CHUNK + 100, .flags = RB_FUA,
+                      .hold_redirty = true };
+  job_start (&j2);
+  TS_WAIT (rb_atomic_load (&mark_held) || rb_atomic_load (&j2.done),
+           "W2's failed sync to put its writes back to dirty");
+  if (!rb_atomic_load (&mark_held))
+    g_error ("W2's FUA write returned (%d) without a failed sync "
+             "re-dirtying what it covered", j2.r);
+
+  s = (struct job) { .f = &f, .tag = "sync", .op = J_SYNC, .buf = w1,
+                     .len = 3000, .off = 20 * CHUNK + 100 };
+  job_start (&s);
+  TS_WAIT (waiters (&f.rb->sync_cond) > 0, "rb_sync to take its ticket");
+  rb_mutex_lock (&f.rb->lock);
+  ticket = f.rb->sync_requested;
+  rb_mutex_unlock (&f.rb->lock);
+  ts_gate_open (gy);                    /* that sweep ends, the next begins */
+  /* It waits for the failed sync: for its lock to sync, or for its
+   * re-dirtying to end before the sweep.
+   */
+  TS_WAIT (waiters (&f.rb->sync_lock) > 0 ||
+           waiters (&f.rb->flusher_cond) > 0,
+           "the flusher to wait for the failed sync");
+  /* W1 written again by the flusher is held at g1: it cannot become
+   * durable behind the check's back.
+   */
+  g1 = ts_gate_arm (f.ts, &m1, 0);
+  rb_atomic_store (&mark_go, true);
+  job_join (&j2);
+  g_assert_cmpint (j2.r, ==, -1);
+  /* Either rb_sync returns, or W1 is held at g1 before its ticket is
+   * answered (a sweep that answers it writes W1 again first).
+   */
+  TS_WAIT (rb_atomic_load (&s.done) ||
+           (ts_gate_held (g1) &&
+            rb_atomic_load (&f.rb->sync_done) < ticket),
+           "rb_sync to return or W1 to be written again");
+  ts_gate_open (g1);
+  job_join (&s);
+  memcpy (f.model + j2.off, w2, 3000);  /* in RAM either way */
+  if (s.r == 0 && !s.durable)
+    g_error ("rb_sync returned 0 without a write through acknowledged "
+             "before it on the store (a failed sync dropped it and was "
+             "still putting it back to dirty when the sweep that "
+             "answered began)");
+  fx_finish (&f, "a sweep beside a failed sync's re-dirtying");
 }
 
 /* --- zero against write -------------------------------------------------- */
@@ -3913,6 +4027,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sync-error-writethrough",
                    test_sync_error_writethrough);
   g_test_add_func ("/interleave/sync-error-fua", test_sync_error_fua);
+  g_test_add_func ("/interleave/sync-error-redirty",
+                   test_sync_error_redirty);
   g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);
   g_test_add_func ("/interleave/zero-vs-write-before-ram",
                    test_zero_vs_write_before_ram);

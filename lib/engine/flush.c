@@ -46,9 +46,14 @@
  * (rbi_write_done).  A caller's sync counts only if no sync failed since
  * it began writing (rbi_sync_store's gen), so a FUA write or a FLUSH is
  * acknowledged only if every write it covers completed before a sync
- * that succeeded started.  A sweep with any failure fails the tickets
- * it covers, so FLUSH keeps failing until one full sweep, writes and
- * sync, succeeds.
+ * that succeeded started.  A sync that fails in another thread (a FUA
+ * write's) re-dirties after it moved the generation on, so a sweep
+ * reads its generation only once no re-dirtying is under way
+ * (rb->redirtying): else it could begin with the new generation, find
+ * what the failure dropped still CLEAN, and answer the tickets with a
+ * good sync and that data on neither the store nor its cache.  A sweep
+ * with any failure fails the tickets it covers, so FLUSH keeps failing
+ * until one full sweep, writes and sync, succeeds.
  *
  * flush-delay=SECONDS: data rewritten often is written back once.  Woken
  * from idle by new dirty data, the flusher waits SECONDS (rather than
@@ -921,6 +926,13 @@ rbi_flush_step (struct rb *rb, struct rb_flusher_state *fs)
   fs->suspects = redirty_suspects (rb);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    /* A sync that failed in another thread (a FUA write's) is putting
+     * back to dirty what the store dropped: the sweep that answers the
+     * tickets with its generation must find that data dirty.  No I/O
+     * in between: a short wait, and only after a failure.
+     */
+    while (rb->redirtying > 0)
+      rb_cond_wait (&rb->flusher_cond, &rb->lock);
     fs->target = rb->sync_requested;
     gen = rb->fail_gen;
   }
@@ -1112,8 +1124,12 @@ rbi_flusher_stop (struct rb *rb)
   else
     flusher_main (rb);        /* never started: drain on this thread */
   {
-    /* Nobody sweeps any more: answer every sync still waiting. */
+    /* Nobody sweeps any more: answer every sync still waiting (once
+     * a failed sync has put back to dirty what it dropped).
+     */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    while (rb->redirtying > 0)
+      rb_cond_wait (&rb->flusher_cond, &rb->lock);
     rb->flusher_running = false;
     rbi_sync_answer_locked (rb, rb->sync_requested,
                             chunkmap_dirty (&rb->map) == 0 &&
@@ -1274,11 +1290,18 @@ rbi_sync_store (struct rb *rb, uint64_t gen)
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&rb->fail_gen, rb->fail_gen + 1);
+    rb->redirtying++;
     since = rb->unsynced;
     memset (&rb->unsynced, 0, sizeof rb->unsynced);
   }
   redirty_all (rb, &snap);
   redirty_all (rb, &since);
+  {
+    /* Dirty again: a sweep may read the new generation now. */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
+    rb->redirtying--;
+    rb_cond_broadcast (&rb->flusher_cond);
+  }
   rb_set_error (err, "sync of the backing store failed: %s (the data is "
                 "kept in RAM and will be written again)", rb_strerror (err));
   rb_set_errno (err);

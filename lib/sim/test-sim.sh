@@ -99,6 +99,14 @@ done
 for seed in 332 1046; do
     "$sim" --seed=$seed --ops=2000
 done
+# Writethrough writes in the store's cache only; a FUA write's sync
+# failed and the store dropped them; that sync put them back to dirty
+# after it moved the failure generation on, and a sweep that began in
+# between found them CLEAN, synced and answered a FLUSH without them
+# (512-byte chunks, writethrough by control).  The dirty hint's yield
+# point moved the seed's schedule off the bug; /interleave/sync-error-
+# redirty forces it.
+"$sim" --seed=303309 --ops=2000
 # The ranges below run seeds with ram-size= too.  Seed 1006 found a
 # miss that spun for good looking for a chunk to evict, every resident
 # one clean but not synced yet, holding the lock the sync needed; seed
