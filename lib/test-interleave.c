@@ -3002,6 +3002,64 @@ test_evict_fua_nb (void)
   unlink (ram);
 }
 
+/* ram-size= with partial chunks (16 KiB chunks, a slot a sector): the
+ * write back of sector 1 of chunk X (written into X not loaded, so X
+ * is partial) is held at the store, X CLEAN meanwhile.  Beside it a
+ * read loads sector 2 of X (a RAM range: it does not wait for the
+ * write back), then reads of 21 other chunks need more room than the
+ * budget has, so chunks are evicted: X must not be (its write back is
+ * in flight and not synced; its range is held), and nothing may lose
+ * data: afterwards RAM and the store equal the model.
+ */
+static void
+test_evict_partial_during_store (void)
+{
+  const uint32_t chunk = 16384;
+  struct rb_config c = { .chunk_size = chunk, .ram_size = 16 * chunk,
+                         .store.tls_verify_peer = -1 };
+  uint64_t x = 5 * (uint64_t) chunk, k;
+  struct ts_match m = { .ops = TS_WRITE, .offset = x + SECTOR,
+                        .count = SECTOR, .tag = "" };
+  g_autofree uint8_t *v1 = NULL, *got = g_malloc (chunk);
+  struct ts_gate *g;
+  struct job rd;
+  struct fx f;
+
+  fx_open_cfg (&f, 149, &c, true);
+  g_assert_true (f.rb->slotted);
+  v1 = fx_random (&f, SECTOR);
+  g = ts_gate_arm (f.ts, &m, 0);
+  fx_write (&f, v1, SECTOR, x + SECTOR, 0);
+  ts_gate_wait (g);
+  g_assert_true (chunkmap_partial (&f.rb->map, x / chunk));
+  g_assert_cmpint (chunkmap_get (&f.rb->map, x / chunk), ==, CS_CLEAN);
+
+  rd = (struct job) { .f = &f, .tag = "reader", .op = J_READ,
+                      .buf = got, .len = SECTOR, .off = x + 2 * SECTOR };
+  job_start (&rd);
+  TS_WAIT (rb_atomic_load (&rd.done) || waiters (&f.rb->rl.released) > 0,
+           "the read of a sector of X not loaded to complete");
+  if (!rb_atomic_load (&rd.done))
+    g_error ("a read of a sector not loaded waited for the write back of "
+             "another sector of its chunk");
+  job_join (&rd);
+  g_assert_cmpint (rd.r, ==, 0);
+  if (memcmp (got, f.model + rd.off, SECTOR) != 0)
+    g_error ("the load beside the write back read other data than the "
+             "store holds");
+
+  for (k = 20; k < 41; k++) {
+    g_assert_cmpint (rb_pread (f.rb, got, chunk, k * chunk), ==, 0);
+    if (memcmp (got, f.model + k * chunk, chunk) != 0)
+      g_error ("chunk %" PRIu64 " read other data than the store holds", k);
+  }
+  g_assert_cmpuint (rb_atomic_load (&f.rb->evictions), >, 0);
+  if (chunkmap_get (&f.rb->map, x / chunk) == CS_EMPTY)
+    g_error ("chunk X was evicted while its write back was in flight");
+  ts_gate_open (g);
+  fx_finish (&f, "evictions beside the write back of a partial chunk");
+}
+
 /* ram-size= counts loaded sectors, not chunks: misses on one chunk of
  * 4 sectors, one of them held in the store while two more wait for
  * its range, one of the same sector and one of another.  The chunk
@@ -4075,6 +4133,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/evict-waits-for-sync",
                    test_evict_waits_for_sync);
   g_test_add_func ("/interleave/evict-fua-nb", test_evict_fua_nb);
+  g_test_add_func ("/interleave/evict-partial-during-store",
+                   test_evict_partial_during_store);
   g_test_add_func ("/interleave/sector-budget-once",
                    test_sector_budget_once);
   g_test_add_func ("/interleave/journal-evict-before-apply",
