@@ -313,6 +313,18 @@ rbi_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
   chunkmap_mark (&rb->map, s0, s1 - s0 + 1);
 }
 
+/* The same for a writer's second mark of its sectors: no rewrite, so
+ * no hot bit (chunkmap_mark_again).
+ */
+static inline void
+rbi_mark_sectors_again (struct rb *rb, uint64_t offset, uint64_t count)
+{
+  uint64_t s0 = offset >> rb->sector_shift;
+  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
+
+  chunkmap_mark_again (&rb->map, s0, s1 - s0 + 1);
+}
+
 static inline bool
 rbi_tracing (struct rb *rb)
 {

@@ -3803,11 +3803,12 @@ cold_off (unsigned k)
  * middle of a pass, writing back a sector of chunk 15.
  */
 static struct ts_gate *
-cold_open (struct fx *f, guint32 seed, uint32_t expire_ms)
+cold_open_ram (struct fx *f, guint32 seed, uint32_t expire_ms,
+               const char *ram)
 {
   struct rb_config c = { .chunk_size = BIG_CHUNK, .populate = true,
                          .dirty_max = 4 * BIG_CHUNK,
-                         .dirty_expire_ms = expire_ms,
+                         .dirty_expire_ms = expire_ms, .ram = ram,
                          .store.tls_verify_peer = -1 };
   uint64_t sx = 15 * BIG_CHUNK + 8 * SECTOR;
   struct ts_match m = { .ops = TS_WRITE, .offset = sx, .count = SECTOR,
@@ -3821,6 +3822,12 @@ cold_open (struct fx *f, guint32 seed, uint32_t expire_ms)
   fx_write (f, v, SECTOR, sx, 0);
   ts_gate_wait (g);
   return g;
+}
+
+static struct ts_gate *
+cold_open (struct fx *f, guint32 seed, uint32_t expire_ms)
+{
+  return cold_open_ram (f, seed, expire_ms, NULL);
 }
 
 /* Sector 0 of chunk 0 written twice (rewritten while dirty: hot), each
@@ -3896,6 +3903,38 @@ test_cold_first (void)
              " (want all of them, and 1)", cold_durable, COLD_N,
              st.held_back);
   cold_finish (&f, gh, hot, "cold first");
+}
+
+/* The same with a ram= image (resume.c), where a write marks its
+ * sectors dirty twice, before its copy and after it: a sector written
+ * once is not rewritten, and must not be taken for hot.
+ */
+static void
+test_cold_first_ram (void)
+{
+  g_autofree char *ram = shm_ram_path ();
+  struct fx f;
+  g_autofree uint8_t *hot = NULL;
+  struct ts_gate *g, *gh;
+  struct rb_stats st;
+  unsigned k, cold_durable = 0;
+
+  if (ram == NULL)
+    return;
+  g = cold_open_ram (&f, 151, 30000, ram);
+  hot = cold_writes (&f);
+  gh = cold_go (&f, g, &st);
+  for (k = 0; k < COLD_N; k++)
+    cold_durable += ts_durable_has (f.ts, f.model + cold_off (k), SECTOR,
+                                    cold_off (k));
+  if (cold_durable != COLD_N || st.held_back != 1)
+    g_error ("with ram=, under pressure, the rewritten sector went to the "
+             "store with %u of %d cold sectors durable before it, "
+             "held_back %" PRIu64 " (want all of them, and 1: a sector "
+             "written once is not hot)", cold_durable, COLD_N,
+             st.held_back);
+  cold_finish (&f, gh, hot, "cold first with ram=");
+  unlink (ram);
 }
 
 /* The same, with an rb_sync waiting when the pressure begins: the sweep
@@ -4151,6 +4190,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/journal-defer-sync",
                    test_journal_defer_sync);
   g_test_add_func ("/interleave/cold-first", test_cold_first);
+  g_test_add_func ("/interleave/cold-first-ram", test_cold_first_ram);
   g_test_add_func ("/interleave/cold-first-sync", test_cold_first_sync);
   g_test_add_func ("/interleave/cold-first-expire", test_cold_first_expire);
   g_test_add_func ("/interleave/cold-first-all-hot", test_cold_first_all_hot);

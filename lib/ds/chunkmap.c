@@ -139,8 +139,9 @@ chunkmap_free (struct chunkmap *cm)
   memset (cm, 0, sizeof *cm);
 }
 
-void
-chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
+/* chunkmap_mark, and with heat the hot bits of what was set already. */
+static void
+mark (struct chunkmap *cm, uint64_t s, uint64_t n, bool heat)
 {
   /* None past the device: a whole short last chunk's are its own. */
   uint64_t end = RB_MIN_U (s + n, cm->nsect);
@@ -166,7 +167,7 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
      * first, so that a sector rewritten again and again costs no more
      * RMWs than before.
      */
-    if ((m & old) && cm->hot) {
+    if ((m & old) && cm->hot && heat) {
       uint64_t *hw = &cm->hot[s / 64];
 
       if ((m & old) & ~rb_atomic_load_relaxed (hw))
@@ -174,6 +175,18 @@ chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
     }
     s += k;
   }
+}
+
+void
+chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n)
+{
+  mark (cm, s, n, true);
+}
+
+void
+chunkmap_mark_again (struct chunkmap *cm, uint64_t s, uint64_t n)
+{
+  mark (cm, s, n, false);
 }
 
 void

@@ -145,7 +145,9 @@
  * bit per sector, 32 MiB per TiB of 4 KiB sectors, set when a sector
  * bit is set that was set already (chunkmap_mark: a write landed on a
  * sector still dirty): the sector was rewritten before write back took
- * it.  Write back under pressure (flush.c, "Cold first") leaves those
+ * it.  Not by a writer's own second mark (chunkmap_mark_again: with
+ * resume it marks before its copy and after it), or every sector
+ * written once would be hot.  Write back under pressure (flush.c, "Cold first") leaves those
  * dirty, and clears their hot bit when it gives them a second chance;
  * it clears the hot bits of the sectors it takes.  A hint and nothing more: a hot bit
  * never keeps a sector from being dirty or taken, only decides which
@@ -320,6 +322,12 @@ chunkmap_bit_range (unsigned lo, unsigned n)
 
 /* Set the sector bits [s, s+n) (sector numbers).  No-op without them. */
 extern void chunkmap_mark (struct chunkmap *cm, uint64_t s, uint64_t n);
+/* The same, but a bit set already does not make its sector hot: a
+ * writer marking its own sectors a second time (above: with resume,
+ * before its copy and after it), which is no rewrite.
+ */
+extern void chunkmap_mark_again (struct chunkmap *cm, uint64_t s,
+                                 uint64_t n);
 
 /* Set the sector bits of bitmap b (bit 0: sector s; one word of
  * sectors, as chunkmap_take_bits returns them).

@@ -280,6 +280,18 @@ kick (struct rb *rb, const struct req *r)
     rbi_flusher_kick (rb);
 }
 
+/* Set the sector bits of [offset, offset+count): again, a writer's
+ * second mark of them (chunkmap.h, hot bits).
+ */
+static inline void
+mark_sectors (struct rb *rb, bool again, uint64_t offset, uint64_t count)
+{
+  if (again)
+    rbi_mark_sectors_again (rb, offset, count);
+  else
+    rbi_mark_sectors (rb, offset, count);
+}
+
 /* Mark the touched chunks dirty.  A partial zero leaves a ZERO chunk
  * ZERO.  'empty' is CS_BIT (CS_EMPTY) after RAM changed (fully covered
  * chunks that were never loaded now hold the data; a zero makes them
@@ -292,10 +304,14 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 {
   uint64_t f, l, n = r->c1 - r->c0 + 1, end = r->offset + r->count;
   uint64_t moved;
+  /* With resume the sectors were marked before RAM changed too: this
+   * mark is no rewrite (chunkmap.h, hot bits).
+   */
+  bool again = empty && rb->nb;
 
   /* The sector bits before the state (chunkmap.h). */
   if (r->op == OP_WRITE) {
-    rbi_mark_sectors (rb, r->offset, r->count);
+    mark_sectors (rb, again, r->offset, r->count);
     moved = chunkmap_move (&rb->map, r->c0, n,
                            empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_ZERO),
                            CS_DIRTY, NULL);
@@ -308,15 +324,15 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
                                      CS_BIT (CS_CLEAN));
     }
     if (partial (rb, r, r->c0)) {
-      rbi_mark_sectors (rb, r->offset,
-                        RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
-                        r->offset);
+      mark_sectors (rb, again, r->offset,
+                    RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
+                    r->offset);
       moved += chunkmap_move (&rb->map, r->c0, 1,
                               CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
     if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
-      rbi_mark_sectors (rb, rbi_chunk_offset (rb, r->c1),
-                        end - rbi_chunk_offset (rb, r->c1));
+      mark_sectors (rb, again, rbi_chunk_offset (rb, r->c1),
+                    end - rbi_chunk_offset (rb, r->c1));
       moved += chunkmap_move (&rb->map, r->c1, 1,
                               CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
