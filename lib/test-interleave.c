@@ -1792,6 +1792,58 @@ test_sync_error_redirty (void)
   fx_finish (&f, "a sweep beside a failed sync's re-dirtying");
 }
 
+/* A process that crashed left a write X in the store's cache, unsynced.
+ * The next start loads X into RAM, CLEAN (a read returns it), and its
+ * first sync, the flusher's, fails: the store drops X.  RAM still holds
+ * X as CLEAN, which it no longer is: once a sync succeeds, rb_sync
+ * returns 0 with data a read returned on neither the store nor its
+ * cache.  A sync that fails before the first good one must put back to
+ * dirty what RAM holds.
+ */
+static void
+test_first_sync_fails (void)
+{
+  struct rb_config c = { .chunk_size = CHUNK, .fsync_wait = true,
+                         .store.tls_verify_peer = -1 };
+  struct ts_match m = { .ops = TS_FLUSH, .tag = "" };
+  g_autofree uint8_t *x = NULL, *got = g_malloc (CHUNK);
+  struct rb_io io;
+  struct ts_gate *g;
+  struct fx f;
+
+  f.r = g_rand_new_with_seed (157);
+  f.model = g_malloc (SIZE);
+  ts_fill_random (f.r, f.model, SIZE);
+  f.ts = ts_new (SIZE, f.model);
+  c.store_override = ts_store (f.ts);
+  /* The crashed process's write: in the cache only. */
+  x = fx_random (&f, CHUNK);
+  io = (struct rb_io) { .op = RB_IO_WRITE, .buf = x, .count = CHUNK,
+                        .offset = 7 * CHUNK };
+  g_assert_cmpint (c.store_override->ops->submit (c.store_override, &io, 1),
+                   ==, 0);
+  memcpy (f.model + 7 * CHUNK, x, CHUNK);
+  ts_set_tag ("app");
+  g = ts_gate_arm (f.ts, &m, EIO);      /* the flusher's first sync fails */
+  f.rb = rb_open (&c);
+  if (f.rb == NULL)
+    g_error ("rb_open: %s", rb_get_error ());
+  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  ts_gate_wait (g);
+  g_assert_cmpint (rb_pread (f.rb, got, CHUNK, 7 * CHUNK), ==, 0);
+  if (memcmp (got, x, CHUNK) != 0)
+    g_error ("the restart did not read the store's cache");
+  ts_gate_open (g);                     /* fails: X dropped */
+  ts_sync_until_ok (f.rb);
+  if (!ts_durable_has (f.ts, x, CHUNK, 7 * CHUNK))
+    g_error ("rb_sync returned 0 without data a read returned on the "
+             "store (the first sync failed and dropped what a crashed "
+             "process had left in the store's cache, and RAM held it "
+             "as CLEAN)");
+  ts_set_tag (NULL);
+  fx_finish (&f, "a first sync that fails");
+}
+
 /* --- zero against write -------------------------------------------------- */
 
 /* Writeback, loaded, no lock on the fast path.  Z zeroes chunk X (whole)
@@ -4124,6 +4176,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/interleave/sync-error-writethrough",
                    test_sync_error_writethrough);
   g_test_add_func ("/interleave/sync-error-fua", test_sync_error_fua);
+  g_test_add_func ("/interleave/first-sync-fails", test_first_sync_fails);
   g_test_add_func ("/interleave/sync-error-redirty",
                    test_sync_error_redirty);
   g_test_add_func ("/interleave/zero-vs-write", test_zero_vs_write);

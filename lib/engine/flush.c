@@ -51,9 +51,15 @@
  * reads its generation only once no re-dirtying is under way
  * (rb->redirtying): else it could begin with the new generation, find
  * what the failure dropped still CLEAN, and answer the tickets with a
- * good sync and that data on neither the store nor its cache.  A sweep
- * with any failure fails the tickets it covers, so FLUSH keeps failing
- * until one full sweep, writes and sync, succeeds.
+ * good sync and that data on neither the store nor its cache.  And a
+ * sync that fails before the first good one since the start (sync_owed)
+ * may drop what a process that crashed left in the store's cache, which
+ * RAM may have loaded as CLEAN: it puts every sector RAM holds back to
+ * dirty (redirty_loaded); a chunk evicted before (ram-size=) is not
+ * (evicting only after the first good sync would stall misses for the
+ * first sweep).  A sweep with any failure fails the tickets it covers,
+ * so FLUSH keeps failing until one full sweep, writes and sync,
+ * succeeds.
  *
  * flush-delay=SECONDS: data rewritten often is written back once.  Woken
  * from idle by new dirty data, the flusher waits SECONDS (rather than
@@ -1245,10 +1251,54 @@ redirty_all (struct rb *rb, struct rb_extents *x)
   memset (x, 0, sizeof *x);
 }
 
+/* A sync failed before the first good one (sync_owed): it may have
+ * dropped what a process that crashed left in the store's cache, which
+ * RAM may hold as CLEAN, loaded from that cache (a read returned it).
+ * Every sector RAM holds is dirty again: the valid ones of a partial
+ * chunk, all of a whole one (ZERO chunks are written back whole
+ * anyway).  Under a range over the device, so that no load that read
+ * the cache before the failure marks its sectors valid after the scan.
+ * sync_lock held (a range after it: slots.c's order).  O(device), and
+ * only when the first sync fails.
+ */
+static void
+redirty_loaded (struct rb *rb)
+{
+  unsigned shift = rb->map.sect_per_chunk_shift;
+  struct rl_node node;
+  uint64_t c;
+
+  rangelock_acquire (&rb->rl, &node, 0, rb->size, RL_WRITE);
+  for (c = 0; c < rb->nchunks; c++) {
+    enum chunk_state st = chunkmap_get (&rb->map, c);
+
+    if (st == CS_EMPTY || st == CS_ZERO)
+      continue;
+    if (rb->map.part && chunkmap_partial (&rb->map, c)) {
+      uint64_t s = c << shift, end = s + (UINT64_C (1) << shift);
+
+      while (s < end) {
+        unsigned n = RB_MIN (end - s, 64 - s % 64);
+
+        chunkmap_mark_bits (&rb->map, s,
+                            chunkmap_valid_bits (&rb->map, s, n));
+        s += n;
+      }
+    }
+    else
+      rbi_mark_sectors (rb, rbi_chunk_offset (rb, c),
+                        rbi_chunks_bytes (rb, c, 1));
+    chunkmap_move (&rb->map, c, 1, CS_BIT (CS_CLEAN), CS_DIRTY, NULL);
+  }
+  rangelock_release (&rb->rl, &node);
+  rbi_flusher_kick (rb);
+}
+
 int
 rbi_sync_store (struct rb *rb, uint64_t gen)
 {
   struct rb_extents snap, since;
+  bool owed;
   int err;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->sync_lock);
@@ -1291,11 +1341,14 @@ rbi_sync_store (struct rb *rb, uint64_t gen)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);
     rb_atomic_store (&rb->fail_gen, rb->fail_gen + 1);
     rb->redirtying++;
+    owed = rb->sync_owed;
     since = rb->unsynced;
     memset (&rb->unsynced, 0, sizeof rb->unsynced);
   }
   redirty_all (rb, &snap);
   redirty_all (rb, &since);
+  if (owed)
+    redirty_loaded (rb);
   {
     /* Dirty again: a sweep may read the new generation now. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rb->lock);

@@ -107,6 +107,12 @@ done
 # point moved the seed's schedule off the bug; /interleave/sync-error-
 # redirty forces it.
 "$sim" --seed=303309 --ops=2000
+# A crash left a writethrough write in the store's cache; the restart
+# loaded it as CLEAN and its first sync (a FUA write's) failed and
+# dropped it; a later sync answered a FLUSH without it.  A failed sync
+# before the first good one now puts everything loaded back to dirty;
+# /interleave/first-sync-fails forces it.
+"$sim" --seed=411872 --ops=2000
 # The ranges below run seeds with ram-size= too.  Seed 1006 found a
 # miss that spun for good looking for a chunk to evict, every resident
 # one clean but not synced yet, holding the lock the sync needed; seed
