@@ -303,26 +303,27 @@ rbi_chunks_bytes (const struct rb *rb, uint64_t c, uint64_t n)
   return (end > rb->size ? rb->size : end) - start;
 }
 
-/* Set the sector bits (chunkmap.h) of [offset, offset+count). */
+/* Set the sector bits (chunkmap.h) of [offset, offset+count); again:
+ * a writer's second mark of its own sectors, no rewrite, so no hot bit
+ * (chunkmap_mark_again).
+ */
+static inline void
+rbi_mark_sectors_as (struct rb *rb, uint64_t offset, uint64_t count,
+                     bool again)
+{
+  uint64_t s0 = offset >> rb->sector_shift;
+  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
+
+  if (again)
+    chunkmap_mark_again (&rb->map, s0, s1 - s0 + 1);
+  else
+    chunkmap_mark (&rb->map, s0, s1 - s0 + 1);
+}
+
 static inline void
 rbi_mark_sectors (struct rb *rb, uint64_t offset, uint64_t count)
 {
-  uint64_t s0 = offset >> rb->sector_shift;
-  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
-
-  chunkmap_mark (&rb->map, s0, s1 - s0 + 1);
-}
-
-/* The same for a writer's second mark of its sectors: no rewrite, so
- * no hot bit (chunkmap_mark_again).
- */
-static inline void
-rbi_mark_sectors_again (struct rb *rb, uint64_t offset, uint64_t count)
-{
-  uint64_t s0 = offset >> rb->sector_shift;
-  uint64_t s1 = (offset + count - 1) >> rb->sector_shift;
-
-  chunkmap_mark_again (&rb->map, s0, s1 - s0 + 1);
+  rbi_mark_sectors_as (rb, offset, count, false);
 }
 
 static inline bool

@@ -229,14 +229,19 @@ chunkmap_take_bits_but (struct chunkmap *cm, uint64_t s, unsigned n,
   return (old & m) >> lo;
 }
 
+/* Words of the sector bits (and of V). */
+static uint64_t
+sect_words (const struct chunkmap *cm)
+{
+  uint64_t nbits = cm->nchunks << cm->sect_per_chunk_shift;
+  return (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
+}
+
 int
 chunkmap_init_hot (struct chunkmap *cm)
 {
-  uint64_t nbits = cm->nchunks << cm->sect_per_chunk_shift;
-  uint64_t nsw = (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
-
   rb_assert (cm->sect != NULL && cm->hot == NULL);
-  cm->hot = rb_calloc (nsw, sizeof (uint64_t));
+  cm->hot = rb_calloc (sect_words (cm), sizeof (uint64_t));
   if (cm->hot == NULL) {
     rb_set_errno (ENOMEM);
     return -1;
@@ -340,14 +345,6 @@ chunkmap_init_sectors (struct chunkmap *cm, unsigned per_chunk_shift,
     }
   }
   return 0;
-}
-
-/* Words of the sector bits (and of V). */
-static uint64_t
-sect_words (const struct chunkmap *cm)
-{
-  uint64_t nbits = cm->nchunks << cm->sect_per_chunk_shift;
-  return (nbits + 63) / 64 ? (nbits + 63) / 64 : 1;
 }
 
 /* Clear the V bits of chunk c (an EMPTY chunk's, at init). */

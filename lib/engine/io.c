@@ -280,18 +280,6 @@ kick (struct rb *rb, const struct req *r)
     rbi_flusher_kick (rb);
 }
 
-/* Set the sector bits of [offset, offset+count): again, a writer's
- * second mark of them (chunkmap.h, hot bits).
- */
-static inline void
-mark_sectors (struct rb *rb, bool again, uint64_t offset, uint64_t count)
-{
-  if (again)
-    rbi_mark_sectors_again (rb, offset, count);
-  else
-    rbi_mark_sectors (rb, offset, count);
-}
-
 /* Mark the touched chunks dirty.  A partial zero leaves a ZERO chunk
  * ZERO.  'empty' is CS_BIT (CS_EMPTY) after RAM changed (fully covered
  * chunks that were never loaded now hold the data; a zero makes them
@@ -311,7 +299,7 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
 
   /* The sector bits before the state (chunkmap.h). */
   if (r->op == OP_WRITE) {
-    mark_sectors (rb, again, r->offset, r->count);
+    rbi_mark_sectors_as (rb, r->offset, r->count, again);
     moved = chunkmap_move (&rb->map, r->c0, n,
                            empty | CS_BIT (CS_CLEAN) | CS_BIT (CS_ZERO),
                            CS_DIRTY, NULL);
@@ -324,15 +312,15 @@ move_dirty (struct rb *rb, const struct req *r, unsigned empty)
                                      CS_BIT (CS_CLEAN));
     }
     if (partial (rb, r, r->c0)) {
-      mark_sectors (rb, again, r->offset,
-                    RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
-                    r->offset);
+      rbi_mark_sectors_as (rb, r->offset,
+                           RB_MIN (end, rbi_chunk_offset (rb, r->c0 + 1)) -
+                           r->offset, again);
       moved += chunkmap_move (&rb->map, r->c0, 1,
                               CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
     if (r->c1 != r->c0 && partial (rb, r, r->c1)) {
-      mark_sectors (rb, again, rbi_chunk_offset (rb, r->c1),
-                    end - rbi_chunk_offset (rb, r->c1));
+      rbi_mark_sectors_as (rb, rbi_chunk_offset (rb, r->c1),
+                           end - rbi_chunk_offset (rb, r->c1), again);
       moved += chunkmap_move (&rb->map, r->c1, 1,
                               CS_BIT (CS_CLEAN) | empty, CS_DIRTY, NULL);
     }
@@ -477,12 +465,11 @@ rbi_dirty_pressure (struct rb *rb)
 static bool
 all_dirty (struct rb *rb, uint64_t offset, uint64_t count)
 {
-  uint64_t c, c0 = rbi_chunk_of (rb, offset);
+  uint64_t c0 = rbi_chunk_of (rb, offset);
   uint64_t c1 = rbi_chunk_of (rb, offset + count - 1);
 
-  for (c = c0; c <= c1; c++)
-    if (chunkmap_get (&rb->map, c) != CS_DIRTY)
-      return false;
+  if (!chunkmap_all (&rb->map, c0, c1 - c0 + 1, CS_BIT (CS_DIRTY)))
+    return false;
   if (rb->map.sect) {
     uint64_t s = offset >> rb->sector_shift;
     uint64_t end = ((offset + count - 1) >> rb->sector_shift) + 1;
