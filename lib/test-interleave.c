@@ -311,13 +311,12 @@ struct fx {
   GRand *r;
 };
 
-/* The fixture over the gated store with configuration *c (its
- * store_override is set here, taking FUA writes if can_fua); started
- * (and populated, with populate) if start.
+/* The fixture's gated store of random data and its model, as
+ * configuration *c's store_override (taking FUA writes if can_fua);
+ * nothing open on it yet.
  */
 static void
-fx_open_store (struct fx *f, guint32 seed, struct rb_config *c, bool start,
-               bool can_fua)
+fx_new_store (struct fx *f, guint32 seed, struct rb_config *c, bool can_fua)
 {
   f->r = g_rand_new_with_seed (seed);
   f->model = g_malloc (SIZE);
@@ -325,6 +324,14 @@ fx_open_store (struct fx *f, guint32 seed, struct rb_config *c, bool start,
   f->ts = ts_new (SIZE, f->model);
   c->store_override = ts_store (f->ts);
   c->store_override->can_fua = can_fua;
+}
+
+/* Open the engine with *c over the fixture's store (fx_new_store);
+ * started (and populated, with populate) if start.
+ */
+static void
+fx_open_engine (struct fx *f, const struct rb_config *c, bool start)
+{
   f->rb = rb_open (c);
   if (f->rb == NULL)
     g_error ("rb_open: %s", rb_get_error ());
@@ -333,6 +340,18 @@ fx_open_store (struct fx *f, guint32 seed, struct rb_config *c, bool start,
     if (c->populate)
       g_assert_cmpint (rb_wait_populated (f->rb, TS_TIMEOUT_S * 1000), ==, 0);
   }
+}
+
+/* The fixture over the gated store with configuration *c (its
+ * store_override is set here, taking FUA writes if can_fua); started
+ * (and populated, with populate) if start.
+ */
+static void
+fx_open_store (struct fx *f, guint32 seed, struct rb_config *c, bool start,
+               bool can_fua)
+{
+  fx_new_store (f, seed, c, can_fua);
+  fx_open_engine (f, c, start);
 }
 
 static void
@@ -1811,11 +1830,7 @@ test_first_sync_fails (void)
   struct ts_gate *g;
   struct fx f;
 
-  f.r = g_rand_new_with_seed (157);
-  f.model = g_malloc (SIZE);
-  ts_fill_random (f.r, f.model, SIZE);
-  f.ts = ts_new (SIZE, f.model);
-  c.store_override = ts_store (f.ts);
+  fx_new_store (&f, 157, &c, false);
   /* The crashed process's write: in the cache only. */
   x = fx_random (&f, CHUNK);
   io = (struct rb_io) { .op = RB_IO_WRITE, .buf = x, .count = CHUNK,
@@ -1825,10 +1840,7 @@ test_first_sync_fails (void)
   memcpy (f.model + 7 * CHUNK, x, CHUNK);
   ts_set_tag ("app");
   g = ts_gate_arm (f.ts, &m, EIO);      /* the flusher's first sync fails */
-  f.rb = rb_open (&c);
-  if (f.rb == NULL)
-    g_error ("rb_open: %s", rb_get_error ());
-  g_assert_cmpint (rb_start (f.rb), ==, 0);
+  fx_open_engine (&f, &c, true);
   ts_gate_wait (g);
   g_assert_cmpint (rb_pread (f.rb, got, CHUNK, 7 * CHUNK), ==, 0);
   if (memcmp (got, x, CHUNK) != 0)
