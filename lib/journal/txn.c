@@ -1723,13 +1723,15 @@ io_room (struct rb_io **io, size_t k, size_t *cap)
   return true;
 }
 
-/* The sector units [u0, u1) of the run, as 'seen' numbers them. */
+/* The sector units [u0, u1) of bytes [off, off+len), as 'seen'
+ * numbers them.
+ */
 static void
-run_units (const struct rb_txns *t, const struct txn_run *run,
+run_units (const struct rb_txns *t, uint64_t off, uint64_t len,
            uint64_t *u0, uint64_t *u1)
 {
-  *u0 = run->off >> t->unit_shift;
-  *u1 = (run->off + run->len - 1) / (UINT64_C (1) << t->unit_shift) + 1;
+  *u0 = off >> t->unit_shift;
+  *u1 = (off + len - 1) / (UINT64_C (1) << t->unit_shift) + 1;
 }
 
 /* The I/O that puts the newest version of every sector of the list
@@ -1773,7 +1775,7 @@ plan (struct rb *rb, struct txn *list, const struct txn *keep, size_t nkeep,
         struct txn_run *run = &x->runs[r];
         uint64_t u, end;
 
-        run_units (t, run, &u, &end);
+        run_units (t, run->off, run->len, &u, &end);
         while (u < end) {
           uint64_t s, from, to;
           if (merge && bit_test (t->seen, u)) {
@@ -1813,7 +1815,7 @@ plan (struct rb *rb, struct txn *list, const struct txn *keep, size_t nkeep,
       const struct txn_run *run = &keep->runs[r];
       uint64_t u, end, from, to;
 
-      run_units (t, run, &u, &end);
+      run_units (t, run->off, run->len, &u, &end);
       for (; u < end; u++)
         if (bit_test (t->seen, u)) {
           bit_clear (t->seen, u);
@@ -1836,8 +1838,9 @@ plan (struct rb *rb, struct txn *list, const struct txn *keep, size_t nkeep,
     k = 0;
     for (i = 0; i < n; i++) {
       const struct rb_io q = io[i];
-      uint64_t u = q.offset >> us;
-      uint64_t end = (q.offset + q.count - 1) / (UINT64_C (1) << us) + 1;
+      uint64_t u, end;
+
+      run_units (t, q.offset, q.count, &u, &end);
 
       if (out == io) {
         for (; u < end; u++)
